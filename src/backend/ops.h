@@ -1,0 +1,105 @@
+// The narrow op interface the model is written against (STYLE.md #2). A backend owns memory
+// of one compute type (CPU: f32 or f64; CUDA: bf16 activations with f32 recurrent state) and
+// implements these ops over non-owning views. Per-round metadata (tree structure, positions,
+// readout rows) arrives once through set_stream; no op allocates.
+//
+// Layout convention, used everywhere: a View is a row-major [rows, cols] block; a token-major
+// activation is [T, features]; a weight is PyTorch nn.Linear layout [out, in], and
+// matmul computes out = x . w^T. Head-split tensors are [T, heads * head_dim], head-major within
+// a row, and may be re-viewed as [T * heads, head_dim] without copying.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/stream.h"
+#include "core/dtype.h"
+
+namespace flide {
+
+struct View {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t size() const { return rows * cols; }
+  // The same memory seen as [rows * cols / cols_new, cols_new].
+  View reshaped(int64_t cols_new) const { return {data, rows * cols / cols_new, cols_new}; }
+};
+
+// Which stream rows a query-side tensor holds: every row, or only Stream::out_rows (the last
+// layer under selective readout).
+enum class Rows : uint8_t { Rows_all, Rows_out };
+
+enum class GdnForm : uint8_t { GdnForm_chunked, GdnForm_recurrent };
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual DType dtype() const = 0;
+
+  // ---- memory (arena; released all at once by reset_arena) ----
+  virtual View alloc(int64_t rows, int64_t cols) = 0;
+  virtual void upload(View dst, const float* src) = 0;    // host float -> dst (exact for f32/f64)
+  virtual void download(View src, double* dst) = 0;       // dst -> host double
+  virtual void fill_zero(View dst) = 0;
+  virtual void set_stream(const Stream& stream) = 0;      // metadata for the round
+
+  // ---- dense ----
+  // out[T, H] = table[token_ids[t]]
+  virtual void embed(View table, View out) = 0;
+  // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); w is [1, x.cols].
+  virtual void rmsnorm(View x, View w, View out, double eps, bool unit_offset) = 0;
+  // out[R, N] = x[R, K] . w[N, K]^T
+  virtual void matmul(View x, View w, View out) = 0;
+  // acc += x
+  virtual void add(View acc, View x) = 0;
+  // out = silu(gate) * up
+  virtual void silu_mul(View gate, View up, View out) = 0;
+  // x *= sigmoid(gate)
+  virtual void sigmoid_mul(View x, View gate) = 0;
+  // out[R, C] = x[out_rows[r]] (Stream::out_rows)
+  virtual void gather_rows(View x, View out) = 0;
+  // Each row of x [R, D] divided by sqrt(sum(x^2) + eps) (L2 norm; eps inside the sqrt).
+  virtual void l2norm(View x, double eps) = 0;
+
+  // ---- gated attention ----
+  // qg[R, heads * 2 * hd] holds per head [query(hd) | gate(hd)] -> q[R, heads*hd], gate[R, heads*hd]
+  virtual void split_query_gate(View qg, View q, View gate, int heads, int head_dim) = 0;
+  // NeoX rotate-half RoPE on the first rot_dim dims of every head, positions from the stream
+  // rows that `which` selects; x is [R, heads * head_dim].
+  virtual void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) = 0;
+  // Tree attention: each query row (stream rows per `which`) attends to the K/V rows of its
+  // node's ancestors and its own node up to itself; softmax(q.k * scale) . v; GQA with
+  // query head h using kv head h / (heads_q / heads_kv). q/out [R, heads_q*hd], k/v [T, heads_kv*hd].
+  virtual void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
+                         int head_dim, double scale) = 0;
+
+  // ---- Gated DeltaNet ----
+  // Depthwise causal conv (kernel K = w.cols, no bias) + SiLU over the C = x.cols channels for
+  // the nodes of one tree level. A node's history before its first row is its slot_in window
+  // (zeros without one); a node with slot_out writes its last K-1 inputs (of its whole path).
+  // window: [slots, (K-1) * C], oldest row first.
+  virtual void causal_conv_silu(View x, View w, View window, View out, int level) = 0;
+  // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); a, b, g, beta [T, Hv];
+  // A_log, dt_bias [1, Hv].
+  virtual void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) = 0;
+  // Delta rule over the nodes of one tree level, each starting from its slot_in state (zeros
+  // without one) and writing its final state to slot_out. q, k [T, Hk*Dk] (L2-normed; q is scaled
+  // by Dk^-1/2 here), v [T, Hv*Dv], g, beta [T, Hv], out [T, Hv*Dv];
+  // state [slots, Hv * Dk * Dv], per head S[Dk][Dv]. Value head j reads key head j / (Hv/Hk).
+  virtual void gdn(View q, View k, View v, View g, View beta, View state, View out, int level,
+                   int heads_k, int heads_v, int dim_k, int dim_v, GdnForm form) = 0;
+  // out = rmsnorm(o) * w * silu(z) per row of o/z [R, Dv] (no unit offset), w [1, Dv].
+  virtual void gated_rmsnorm(View o, View z, View w, View out, double eps) = 0;
+
+  // ---- readout ----
+  // out[m] = h[select_out[m]] . w[select_ids[m]] for the Stream's select entries; h [R, H],
+  // w [V, H], out [M, 1].
+  virtual void select_logits(View h, View w, View out) = 0;
+};
+
+std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads);  // DType_f32 or DType_f64
+
+}  // namespace flide

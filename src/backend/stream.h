@@ -1,0 +1,44 @@
+// The flat stream: every token of every node of every request in a round, laid out in one
+// sequence of rows ordered by tree level (all roots, then all first-level nodes, ...).
+// Physical placement is decoupled from visibility: a row of node n sees the rows of n's
+// ancestors and its own earlier rows, and nothing else (DESIGN.md "Requests are trees").
+// The model builds a Stream, the backend receives it once per round (Ops::set_stream), and
+// every op that needs tree structure reads it from there.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace flide {
+
+struct StreamNode {
+  int32_t parent = -1;    // index into Stream::nodes; -1 for a root (a trunk)
+  int32_t offset = 0;     // first row of this node in the stream
+  int32_t length = 0;     // rows (>= 1)
+  int32_t level = 0;      // 0 for roots; parent's level + 1 otherwise
+  int32_t slot_in = -1;   // recurrent-state / conv-window slot to start from; -1: zero state
+  int32_t slot_out = -1;  // slot to write this node's final state / conv window; -1: none
+};
+
+struct Stream {
+  std::vector<int32_t> token_ids;   // [T]
+  std::vector<int32_t> positions;   // [T] position id (continues from the parent's end)
+  std::vector<int32_t> token_node;  // [T] node index of each row
+  std::vector<StreamNode> nodes;    // [N] ordered by level; offsets increase with the index
+  std::vector<int32_t> level_begin; // [L+1] nodes of level l are [level_begin[l], level_begin[l+1])
+  int32_t n_slots = 0;              // number of distinct state slots used
+
+  // Selective readout: the rows whose final hidden state feeds the LM head.
+  std::vector<int32_t> out_rows;    // [R] stream rows, unique
+  // LM-head entries restricted to chosen token ids: logit of token select_ids[m] at out row
+  // select_out[m] (an index into out_rows).
+  std::vector<int32_t> select_out;  // [M]
+  std::vector<int32_t> select_ids;  // [M]
+  // Out rows that need the full vocabulary (log-likelihood readouts, `flide logits`).
+  std::vector<int32_t> full_out;    // [F] indices into out_rows
+
+  int32_t n_tokens() const { return int32_t(token_ids.size()); }
+  int32_t n_levels() const { return int32_t(level_begin.size()) - 1; }
+};
+
+}  // namespace flide

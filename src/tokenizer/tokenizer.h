@@ -1,0 +1,37 @@
+// Hugging Face tokenizer.json, byte-level BPE (Qwen2 / Qwen3.5 family): NFC normalizer, the
+// Split pre-tokenizer regex read from the file (PCRE2, Unicode classes), ByteLevel mapping,
+// ranked BPE merges, added/special tokens matched before BPE, ByteLevel decoding.
+// Token ids equal HF `tokenizers`' on every input (tests/tokenizer).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flide {
+
+class Tokenizer {
+ public:
+  // Error (flide::Error) naming the file and the field on anything unsupported or malformed.
+  static Tokenizer load(const std::filesystem::path& tokenizer_json);
+
+  std::vector<int32_t> encode(std::string_view text) const;  // no BOS/EOS added
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::optional<int32_t> token_id(std::string_view token) const;  // vocab or added token
+  int32_t vocab_size() const;  // largest id + 1
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+ private:
+  Tokenizer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flide
