@@ -39,8 +39,14 @@ class Ops {
   virtual ~Ops() = default;
   virtual DType dtype() const = 0;
 
-  // ---- memory (arena; released all at once by reset_arena) ----
+  // ---- memory ----
+  // Persistent arena (weights): zero-initialised, valid for the backend's lifetime.
   virtual View alloc(int64_t rows, int64_t cols) = 0;
+  // Scratch arena (activations, per-round state slots): valid until the next reset_scratch,
+  // which rewinds it. Blocks are kept and merged at reset, so a steady workload stops
+  // allocating after its first round. Contents are unspecified (callers overwrite).
+  virtual View scratch(int64_t rows, int64_t cols) = 0;
+  virtual void reset_scratch() = 0;
   virtual void upload(View dst, const float* src) = 0;    // host float -> dst (exact for f32/f64)
   virtual void download(View src, double* dst) = 0;       // dst -> host double
   virtual void fill_zero(View dst) = 0;
@@ -51,6 +57,7 @@ class Ops {
   virtual void embed(View table, View out) = 0;
   // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); w is [1, x.cols].
   virtual void rmsnorm(View x, View w, View out, double eps, bool unit_offset) = 0;
+  // out may alias x (in-place normalisation).
   // out[R, N] = x[R, K] . w[N, K]^T
   virtual void matmul(View x, View w, View out) = 0;
   // acc += x
@@ -61,6 +68,8 @@ class Ops {
   virtual void sigmoid_mul(View x, View gate) = 0;
   // out[R, C] = x[out_rows[r]] (Stream::out_rows)
   virtual void gather_rows(View x, View out) = 0;
+  // out[r, :] = x[r, col_begin : col_begin + out.cols] (splitting packed projections)
+  virtual void copy_cols(View x, int64_t col_begin, View out) = 0;
   // Each row of x [R, D] divided by sqrt(sum(x^2) + eps) (L2 norm; eps inside the sqrt).
   virtual void l2norm(View x, double eps) = 0;
 

@@ -34,8 +34,9 @@ struct Stream {
   // select_out[m] (an index into out_rows).
   std::vector<int32_t> select_out;  // [M]
   std::vector<int32_t> select_ids;  // [M]
-  // Out rows that need the full vocabulary (log-likelihood readouts, `flide logits`).
-  std::vector<int32_t> full_out;    // [F] indices into out_rows
+  // The first n_full_out out rows also need the full vocabulary (log-likelihood readouts,
+  // `flide logits`); they lead so that they form one contiguous block for the LM head GEMM.
+  int32_t n_full_out = 0;
 
   int32_t n_tokens() const { return int32_t(token_ids.size()); }
   int32_t n_levels() const { return int32_t(level_begin.size()) - 1; }

@@ -1,0 +1,49 @@
+// Decision prompts: the OpenJev template (shared/specs/decision_api.md §1.4) that turns a state
+// and questions into token trees. The state is rendered once in the trunk; each question's
+// text, lettered options and answer cue go in its branch. The trunk/branch boundary is the
+// longest common token prefix of the questions' full prompts (capped so every branch keeps at
+// least one token), so every branch's path equals the tokenization of its whole prompt.
+// Shared by the CLI and the server.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tree.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flide {
+
+enum class QuestionType : uint8_t { QuestionType_choice, QuestionType_score, QuestionType_noul };
+
+struct DecisionOption {
+  std::string key;          // choice: the caller's key; score: "0".."N-1"; noul: "yes"/"no"
+  std::string description;  // rendered after "key: " ("" for a null description)
+};
+
+struct DecisionQuestion {
+  QuestionType type = QuestionType::QuestionType_choice;
+  std::string instructions;            // the question text
+  std::vector<DecisionOption> options; // choice: >= 1; score: 2..10 levels; noul: yes, no
+};
+
+constexpr int kMaxOptions = 52;  // one single-token letter each: A-Z then a-z
+
+// The letter of option i (A..Z, a..z).
+char option_label(int index);
+
+// The user message content of one question (state_text already rendered as text).
+std::string render_question_content(const std::string& state_text, const DecisionQuestion& q);
+
+// The full chat prompt: ChatML user turn + generation prompt with an empty think block.
+std::string render_question_prompt(const std::string& state_text, const DecisionQuestion& q);
+
+// Tokenizes every question's full prompt and forms the tree: trunk = longest common token
+// prefix, one child per question with a choice readout over its option letters. Errors
+// (flide::Error) name the question index: no options, more than kMaxOptions, a label that is
+// not one token when appended to the prompt.
+Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_text,
+                         const std::vector<DecisionQuestion>& questions);
+
+}  // namespace flide

@@ -1,0 +1,312 @@
+// Qwen3.5 dense text model: weight binding and the forward pass over a flat stream of
+// decision trees, top to bottom. The math follows HF transformers' modeling_qwen3_5 (spec
+// shared/specs/qwen3_5.md); the tree structure lives in the Stream, which ops read:
+//   - attention: each query sees its ancestors' rows and its own node's earlier rows;
+//   - Gated DeltaNet: conv and delta rule run one tree level at a time, each node starting
+//     from its parent's state slot and writing its own when it has children;
+//   - selective readout: the last layer keeps K/V and recurrent updates for every row but runs
+//     its output projection, MLP, the final norm and the LM head only on Stream::out_rows, and
+//     the LM head only on the requested token ids (plus full rows where asked).
+#include "model/qwen3_5.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "model/config.h"
+
+namespace flide {
+
+namespace {
+
+struct GdnWeights {
+  View in_qkv;    // [C, H], rows q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)
+  View in_z;      // [Hv*Dv, H]
+  View in_b;      // [Hv, H]
+  View in_a;      // [Hv, H]
+  View conv;      // [C, K]  (checkpoint [C, 1, K])
+  View A_log;     // [1, Hv]
+  View dt_bias;   // [1, Hv]
+  View norm;      // [1, Dv], plain weight (not 1 + w)
+  View out;       // [H, Hv*Dv]
+};
+
+struct AttentionWeights {
+  View q;       // [heads * 2 * hd, H], per head [query | gate]
+  View k;       // [heads_kv * hd, H]
+  View v;       // [heads_kv * hd, H]
+  View o;       // [H, heads * hd]
+  View q_norm;  // [1, hd], zero-centred
+  View k_norm;  // [1, hd], zero-centred
+};
+
+struct LayerWeights {
+  LayerType type;
+  View input_norm;  // [1, H], zero-centred
+  View post_norm;   // [1, H], zero-centred
+  GdnWeights gdn;
+  AttentionWeights attn;
+  View mlp_gate;  // [I, H]
+  View mlp_up;    // [I, H]
+  View mlp_down;  // [H, I]
+};
+
+// The checkpoint's tensor-name prefix of the text model: multimodal exports use
+// "model.language_model.", text-only ones "model.", some converters "language_model.model.".
+std::string text_prefix(const SafetensorsStore& store) {
+  for (const char* prefix : {"model.language_model.", "model.", "language_model.model."})
+    if (store.has(std::string(prefix) + "embed_tokens.weight")) return prefix;
+  throw Error("no embed_tokens.weight under model.language_model., model. or language_model.model.");
+}
+
+class Binder {
+ public:
+  Binder(const SafetensorsStore& store, Ops& ops) : store_(store), ops_(ops) {}
+
+  View bind(const std::string& name, std::vector<int64_t> shape) {
+    std::vector<float> host = store_.read_f32(name, shape);
+    int64_t rows = shape.size() == 1 ? 1 : shape[0];
+    View view = ops_.alloc(rows, int64_t(host.size()) / rows);
+    ops_.upload(view, host.data());
+    n_params_ += int64_t(host.size());
+    return view;
+  }
+  int64_t n_params() const { return n_params_; }
+
+ private:
+  const SafetensorsStore& store_;
+  Ops& ops_;
+  int64_t n_params_ = 0;
+};
+
+class Qwen35Model final : public Model {
+ public:
+  Qwen35Model(const std::filesystem::path& dir, Ops& ops)
+      : ops_(ops), cfg_(Qwen35Config::load(dir)) {
+    SafetensorsStore store = SafetensorsStore::open(dir);
+    const std::string p = text_prefix(store);
+    Binder b(store, ops);
+    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size;
+    const int64_t Kd = cfg_.linear_num_key_heads * cfg_.linear_key_head_dim;
+    const int64_t Vd = cfg_.linear_num_value_heads * cfg_.linear_value_head_dim;
+    const int64_t C = 2 * Kd + Vd, Hv = cfg_.linear_num_value_heads;
+    const int64_t hd = cfg_.head_dim, nh = cfg_.num_attention_heads;
+    const int64_t nkv = cfg_.num_key_value_heads;
+
+    embed_ = b.bind(p + "embed_tokens.weight", {V, H});
+    final_norm_ = b.bind(p + "norm.weight", {H});
+    // Tied or untied is decided by the tensor's presence (official 0.8B-4B omit it).
+    lm_head_ = store.has("lm_head.weight") ? b.bind("lm_head.weight", {V, H}) : embed_;
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+      const std::string lp = p + "layers." + std::to_string(l) + ".";
+      LayerWeights w;
+      w.type = cfg_.layer_types[l];
+      w.input_norm = b.bind(lp + "input_layernorm.weight", {H});
+      w.post_norm = b.bind(lp + "post_attention_layernorm.weight", {H});
+      w.mlp_gate = b.bind(lp + "mlp.gate_proj.weight", {I, H});
+      w.mlp_up = b.bind(lp + "mlp.up_proj.weight", {I, H});
+      w.mlp_down = b.bind(lp + "mlp.down_proj.weight", {H, I});
+      if (w.type == LayerType::LayerType_linear_attention) {
+        const std::string g = lp + "linear_attn.";
+        w.gdn.in_qkv = b.bind(g + "in_proj_qkv.weight", {C, H});
+        w.gdn.in_z = b.bind(g + "in_proj_z.weight", {Vd, H});
+        w.gdn.in_b = b.bind(g + "in_proj_b.weight", {Hv, H});
+        w.gdn.in_a = b.bind(g + "in_proj_a.weight", {Hv, H});
+        w.gdn.conv = b.bind(g + "conv1d.weight", {C, 1, cfg_.linear_conv_kernel_dim});
+        w.gdn.A_log = b.bind(g + "A_log", {Hv});
+        w.gdn.dt_bias = b.bind(g + "dt_bias", {Hv});
+        w.gdn.norm = b.bind(g + "norm.weight", {cfg_.linear_value_head_dim});
+        w.gdn.out = b.bind(g + "out_proj.weight", {H, Vd});
+      } else {
+        const std::string a = lp + "self_attn.";
+        w.attn.q = b.bind(a + "q_proj.weight", {nh * hd * 2, H});
+        w.attn.k = b.bind(a + "k_proj.weight", {nkv * hd, H});
+        w.attn.v = b.bind(a + "v_proj.weight", {nkv * hd, H});
+        w.attn.o = b.bind(a + "o_proj.weight", {H, nh * hd});
+        w.attn.q_norm = b.bind(a + "q_norm.weight", {hd});
+        w.attn.k_norm = b.bind(a + "k_norm.weight", {hd});
+      }
+      layers_.push_back(w);
+    }
+    info_.architecture = cfg_.architecture;
+    info_.vocab_size = V;
+    info_.n_layers = cfg_.num_hidden_layers;
+    info_.n_params = b.n_params();
+    info_.eos_token_ids = cfg_.eos_token_ids;
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  ReadoutLogits forward(const Stream& s) override {
+    FLIDE_CHECK(!s.out_rows.empty(), "a round must read at least one row");
+    for (int32_t id : s.token_ids)
+      if (id < 0 || id >= cfg_.vocab_size)
+        throw Error(cat("token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
+    ops_.reset_scratch();
+    ops_.set_stream(s);
+    stream_ = &s;
+    const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size()), H = cfg_.hidden_size;
+
+    View x = ops_.scratch(T, H);  // residual stream [T, H]; [R, H] after the last mixer
+    ops_.embed(embed_, x);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const LayerWeights& w = layers_[l];
+      const bool last = l + 1 == layers_.size();
+      View h = ops_.scratch(T, H);
+      ops_.rmsnorm(x, w.input_norm, h, cfg_.rms_norm_eps, true);
+      View mixed = w.type == LayerType::LayerType_linear_attention ? gated_deltanet(w.gdn, h, last)
+                                                                    : attention(w.attn, h, last);
+      if (last) {  // selective readout: from here on only the out rows
+        View xr = ops_.scratch(R, H);
+        ops_.gather_rows(x, xr);
+        x = xr;
+      }
+      ops_.add(x, mixed);
+      mlp(w, x);
+    }
+    View hn = ops_.scratch(R, H);
+    ops_.rmsnorm(x, final_norm_, hn, cfg_.rms_norm_eps, true);
+    return readout(s, hn);
+  }
+
+ private:
+  // x += down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x); x [rows, H]
+  void mlp(const LayerWeights& w, View x) {
+    const int64_t rows = x.rows, I = cfg_.intermediate_size;
+    View n = ops_.scratch(rows, cfg_.hidden_size);
+    ops_.rmsnorm(x, w.post_norm, n, cfg_.rms_norm_eps, true);
+    View gate = ops_.scratch(rows, I), up = ops_.scratch(rows, I);
+    ops_.matmul(n, w.mlp_gate, gate);
+    ops_.matmul(n, w.mlp_up, up);
+    ops_.silu_mul(gate, up, gate);
+    View out = ops_.scratch(rows, cfg_.hidden_size);
+    ops_.matmul(gate, w.mlp_down, out);
+    ops_.add(x, out);
+  }
+
+  // Gated DeltaNet mixer on h [T, H]; returns [T, H], or [R, H] (out rows) when `last`.
+  View gated_deltanet(const GdnWeights& w, View h, bool last) {
+    const Stream& s = *stream_;
+    const int64_t T = h.rows, H = cfg_.hidden_size;
+    const int Hk = int(cfg_.linear_num_key_heads), Hv = int(cfg_.linear_num_value_heads);
+    const int Dk = int(cfg_.linear_key_head_dim), Dv = int(cfg_.linear_value_head_dim);
+    const int64_t Kd = int64_t(Hk) * Dk, Vd = int64_t(Hv) * Dv, C = 2 * Kd + Vd;
+    const int64_t K = cfg_.linear_conv_kernel_dim;
+
+    View qkv = ops_.scratch(T, C), a = ops_.scratch(T, Hv), b = ops_.scratch(T, Hv);
+    ops_.matmul(h, w.in_qkv, qkv);
+    ops_.matmul(h, w.in_a, a);
+    ops_.matmul(h, w.in_b, b);
+
+    // Slots hold each parent node's conv window and recurrent state for its children.
+    View window = ops_.scratch(std::max(s.n_slots, 1), (K - 1) * C);
+    View state = ops_.scratch(std::max(s.n_slots, 1), int64_t(Hv) * Dk * Dv);
+    View conv = ops_.scratch(T, C);
+    for (int level = 0; level < s.n_levels(); ++level)
+      ops_.causal_conv_silu(qkv, w.conv, window, conv, level);
+
+    View q = ops_.scratch(T, Kd), k = ops_.scratch(T, Kd), v = ops_.scratch(T, Vd);
+    ops_.copy_cols(conv, 0, q);
+    ops_.copy_cols(conv, Kd, k);
+    ops_.copy_cols(conv, 2 * Kd, v);
+    ops_.l2norm(q.reshaped(Dk), 1e-6);
+    ops_.l2norm(k.reshaped(Dk), 1e-6);
+    View g = ops_.scratch(T, Hv), beta = ops_.scratch(T, Hv);
+    ops_.gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
+
+    View o = ops_.scratch(T, Vd);
+    for (int level = 0; level < s.n_levels(); ++level)
+      ops_.gdn(q, k, v, g, beta, state, o, level, Hk, Hv, Dk, Dv, GdnForm::GdnForm_chunked);
+
+    View hz = h;  // the gate z and the output projection only where the output is read
+    if (last) {
+      const int64_t R = int64_t(s.out_rows.size());
+      View o_rows = ops_.scratch(R, Vd);
+      ops_.gather_rows(o, o_rows);
+      o = o_rows;
+      hz = ops_.scratch(R, H);
+      ops_.gather_rows(h, hz);
+    }
+    View z = ops_.scratch(hz.rows, Vd);
+    ops_.matmul(hz, w.in_z, z);
+    View normed = ops_.scratch(hz.rows, Vd);
+    ops_.gated_rmsnorm(o.reshaped(Dv), z.reshaped(Dv), w.norm, normed.reshaped(Dv),
+                       cfg_.rms_norm_eps);
+    View out = ops_.scratch(hz.rows, H);
+    ops_.matmul(normed, w.out, out);
+    return out;
+  }
+
+  // Gated attention mixer on h [T, H]; returns [T, H], or [R, H] (out rows) when `last`.
+  View attention(const AttentionWeights& w, View h, bool last) {
+    const Stream& s = *stream_;
+    const int64_t T = h.rows, H = cfg_.hidden_size;
+    const int nh = int(cfg_.num_attention_heads), nkv = int(cfg_.num_key_value_heads);
+    const int hd = int(cfg_.head_dim), rot = int(cfg_.rotary_dim());
+    const Rows which = last ? Rows::Rows_out : Rows::Rows_all;
+
+    View hq = h;  // queries only where the output is read
+    if (last) {
+      hq = ops_.scratch(int64_t(s.out_rows.size()), H);
+      ops_.gather_rows(h, hq);
+    }
+    const int64_t Rq = hq.rows;
+    View qg = ops_.scratch(Rq, int64_t(nh) * 2 * hd);
+    ops_.matmul(hq, w.q, qg);
+    View q = ops_.scratch(Rq, int64_t(nh) * hd), gate = ops_.scratch(Rq, int64_t(nh) * hd);
+    ops_.split_query_gate(qg, q, gate, nh, hd);
+    ops_.rmsnorm(q.reshaped(hd), w.q_norm, q.reshaped(hd), cfg_.rms_norm_eps, true);
+
+    View k = ops_.scratch(T, int64_t(nkv) * hd), v = ops_.scratch(T, int64_t(nkv) * hd);
+    ops_.matmul(h, w.k, k);
+    ops_.matmul(h, w.v, v);
+    ops_.rmsnorm(k.reshaped(hd), w.k_norm, k.reshaped(hd), cfg_.rms_norm_eps, true);
+    ops_.rope(q, which, nh, hd, rot, cfg_.rope_theta);
+    ops_.rope(k, Rows::Rows_all, nkv, hd, rot, cfg_.rope_theta);
+
+    View attn = ops_.scratch(Rq, int64_t(nh) * hd);
+    ops_.attention(q, k, v, attn, which, nh, nkv, hd, 1.0 / std::sqrt(double(hd)));
+    ops_.sigmoid_mul(attn, gate);
+    View out = ops_.scratch(Rq, H);
+    ops_.matmul(attn, w.o, out);
+    return out;
+  }
+
+  // LM head on the normed out rows hn [R, H]: the selected ids, and full rows where asked.
+  ReadoutLogits readout(const Stream& s, View hn) {
+    ReadoutLogits result;
+    if (!s.select_ids.empty()) {
+      View sel = ops_.scratch(int64_t(s.select_ids.size()), 1);
+      ops_.select_logits(hn, lm_head_, sel);
+      result.selected.resize(s.select_ids.size());
+      ops_.download(sel, result.selected.data());
+    }
+    if (s.n_full_out > 0) {
+      const int64_t F = s.n_full_out, V = cfg_.vocab_size;
+      View logits = ops_.scratch(F, V);
+      ops_.matmul(View{hn.data, F, hn.cols}, lm_head_, logits);
+      result.full.resize(size_t(F * V));
+      ops_.download(logits, result.full.data());
+    }
+    return result;
+  }
+
+  Ops& ops_;
+  Qwen35Config cfg_;
+  ModelInfo info_;
+  View embed_;       // [V, H]
+  View final_norm_;  // [1, H], zero-centred
+  View lm_head_;     // [V, H]; the embedding when tied
+  std::vector<LayerWeights> layers_;
+  const Stream* stream_ = nullptr;  // the round in flight
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_qwen3_5(const std::filesystem::path& dir, Ops& ops) {
+  return std::make_unique<Qwen35Model>(dir, ops);
+}
+
+}  // namespace flide
