@@ -19,7 +19,9 @@ class Tokenizer {
   // Error (flide::Error) naming the file and the field on anything unsupported or malformed.
   static Tokenizer load(const std::filesystem::path& tokenizer_json);
 
-  std::vector<int32_t> encode(std::string_view text) const;  // no BOS/EOS added
+  // No BOS/EOS added. Error if `text` is not valid UTF-8 (HF only takes valid strings).
+  std::vector<int32_t> encode(std::string_view text) const;
+  // Raw bytes: ids cut mid-character end in a partial UTF-8 sequence (HF would show U+FFFD).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::optional<int32_t> token_id(std::string_view token) const;  // vocab or added token
   int32_t vocab_size() const;  // largest id + 1

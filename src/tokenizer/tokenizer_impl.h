@@ -1,0 +1,20 @@
+// Tokenizer::Impl: what tokenizer.json becomes after loading (tokenizer_json.cpp), used by
+// encode/decode (tokenizer.cpp). Everything here is read-only after load, so one Tokenizer
+// serves any number of threads.
+#pragma once
+
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flide {
+
+struct Tokenizer::Impl {
+  bool nfc = false;  // normalizer: NFC, else none
+  tok::AddedTokens added;
+  tok::Pretokenizer pretokenizer;
+  tok::Bpe bpe;
+};
+
+}  // namespace flide
