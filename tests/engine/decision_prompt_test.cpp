@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -96,7 +97,11 @@ class DecisionTreeTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     const std::filesystem::path path = GetParam();
     if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found (not generated yet?)";
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(path));
+    // Loading a 150k-token tokenizer.json takes most of a second: once per file.
+    static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
+    std::unique_ptr<Tokenizer>& slot = loaded[GetParam()];
+    if (!slot) slot = std::make_unique<Tokenizer>(Tokenizer::load(path));
+    tokenizer_ = slot.get();
   }
 
   // The exactness rule for every branch, and labels that are one token after the prompt.
@@ -125,7 +130,7 @@ class DecisionTreeTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  std::unique_ptr<Tokenizer> tokenizer_;
+  const Tokenizer* tokenizer_ = nullptr;
 };
 
 std::string random_text(std::mt19937& rng, int words) {

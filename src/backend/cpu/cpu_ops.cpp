@@ -1,0 +1,205 @@
+// CpuOps: construction, the persistent and scratch arenas, host transfers and the round's stream
+// (validated once here, so that the ops can index it without further checks).
+#include "backend/cpu/cpu_ops.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace flide {
+
+namespace {
+
+// Persistent blocks are calloc'ed (zero pages, mapped lazily) and never reused, so every piece
+// is already zero. Scratch blocks are malloc'ed: their contents are unspecified by contract.
+constexpr int64_t kBlockBytes = int64_t(64) << 20;
+constexpr int64_t kAlignBytes = 64;
+
+}  // namespace
+
+template <typename T>
+void CpuOps<T>::FreeDeleter::operator()(T* p) const {
+  std::free(p);
+}
+
+template <typename T>
+T* CpuOps<T>::Arena::take(int64_t n) {
+  const int64_t align = kAlignBytes / int64_t(sizeof(T));
+  const int64_t padded = (n + align - 1) / align * align;
+  if (block == nullptr || used + padded > cap) return nullptr;
+  T* p = block + used;
+  used += padded;
+  return p;
+}
+
+template <typename T>
+T* CpuOps<T>::Arena::add_block(int64_t elems, bool zeroed, bool make_current) {
+  const size_t bytes = size_t(elems) * sizeof(T);
+  T* p = static_cast<T*>(zeroed ? std::calloc(bytes, 1) : std::malloc(bytes));
+  if (!p) throw Error(cat("cpu backend: out of memory allocating ", bytes, " bytes"));
+  blocks.emplace_back(p);
+  total += elems;
+  if (make_current) {
+    block = p;
+    used = 0;
+    cap = elems;
+  }
+  return p;
+}
+
+template <typename T>
+CpuOps<T>::CpuOps(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+  openblas_set_num_threads(threads_);
+}
+
+template <typename T>
+CpuOps<T>::~CpuOps() = default;
+
+template <typename T>
+DType CpuOps<T>::dtype() const {
+  return sizeof(T) == 4 ? DType::DType_f32 : DType::DType_f64;
+}
+
+template <typename T>
+View CpuOps<T>::alloc(int64_t rows, int64_t cols) {
+  FLIDE_CHECK(rows >= 0 && cols >= 0, "alloc(", rows, ", ", cols, ")");
+  const int64_t n = rows * cols, block_elems = kBlockBytes / int64_t(sizeof(T));
+  if (n == 0) return {nullptr, rows, cols};
+  if (n > block_elems / 2) return {persistent_.add_block(n, true, false), rows, cols};
+  T* p = persistent_.take(n);
+  if (!p) {
+    persistent_.add_block(block_elems, true, true);
+    p = persistent_.take(n);
+  }
+  return {p, rows, cols};
+}
+
+template <typename T>
+View CpuOps<T>::scratch(int64_t rows, int64_t cols) {
+  FLIDE_CHECK(rows >= 0 && cols >= 0, "scratch(", rows, ", ", cols, ")");
+  const int64_t n = rows * cols, align = kAlignBytes / int64_t(sizeof(T));
+  if (n == 0) return {nullptr, rows, cols};
+  T* p = scratch_.take(n);
+  if (!p) {  // grow geometrically: the next block at least doubles the capacity
+    const int64_t elems = std::max({n + align, scratch_.total, kBlockBytes / int64_t(sizeof(T))});
+    scratch_.add_block(elems, false, true);
+    p = scratch_.take(n);
+  }
+  return {p, rows, cols};
+}
+
+template <typename T>
+void CpuOps<T>::reset_scratch() {
+  if (scratch_.blocks.size() > 1) {  // merge, so that the next round fits in one block
+    const int64_t total = scratch_.total;
+    scratch_ = Arena{};
+    scratch_.add_block(total, false, true);
+  }
+  scratch_.used = 0;
+}
+
+template <typename T>
+void CpuOps<T>::upload(View dst, const float* src) {
+  T* d = ptr(dst);
+  for (int64_t i = 0; i < dst.size(); ++i) d[i] = T(src[i]);
+}
+
+template <typename T>
+void CpuOps<T>::download(View src, double* dst) {
+  const T* s = ptr(src);
+  for (int64_t i = 0; i < src.size(); ++i) dst[i] = double(s[i]);
+}
+
+template <typename T>
+void CpuOps<T>::fill_zero(View dst) {
+  std::fill(ptr(dst), ptr(dst) + dst.size(), T(0));
+}
+
+template <typename T>
+void CpuOps<T>::set_stream(const Stream& s) {
+  const int32_t n_tokens = s.n_tokens();
+  const int32_t n_nodes = int32_t(s.nodes.size());
+  FLIDE_CHECK(int32_t(s.positions.size()) == n_tokens && int32_t(s.token_node.size()) == n_tokens);
+  FLIDE_CHECK(!s.level_begin.empty() && s.level_begin.front() == 0 &&
+              s.level_begin.back() == n_nodes);
+  for (int32_t n = 0; n < n_nodes; ++n) {
+    const StreamNode& node = s.nodes[n];
+    FLIDE_CHECK(node.length >= 1 && node.offset >= 0 && node.offset + node.length <= n_tokens,
+                "node ", n);
+    FLIDE_CHECK(node.parent < n && (node.parent >= 0 || node.level == 0), "node ", n);
+    FLIDE_CHECK(node.parent < 0 || node.level == s.nodes[node.parent].level + 1, "node ", n);
+    FLIDE_CHECK(node.level < s.n_levels() && s.level_begin[node.level] <= n &&
+                    n < s.level_begin[node.level + 1],
+                "node ", n, " level ", node.level);
+    FLIDE_CHECK(node.slot_in < s.n_slots && node.slot_out < s.n_slots, "node ", n);
+    for (int32_t t = node.offset; t < node.offset + node.length; ++t)
+      FLIDE_CHECK(s.token_node[t] == n, "row ", t, " is not in node ", n);
+  }
+  for (int32_t t = 0; t < n_tokens; ++t)
+    FLIDE_CHECK(s.token_node[t] >= 0 && s.token_node[t] < n_nodes, "row ", t);
+  // Within a level the nodes run in parallel: no two may write one slot, and none may write a
+  // slot another node of the level reads (reading and writing its own slot_in is fine).
+  std::vector<int32_t> writer(size_t(std::max(s.n_slots, 0)), -1);
+  for (int32_t l = 0; l < s.n_levels(); ++l) {
+    for (int32_t n = s.level_begin[l]; n < s.level_begin[l + 1]; ++n) {
+      const int32_t slot = s.nodes[n].slot_out;
+      if (slot < 0) continue;
+      FLIDE_CHECK(writer[slot] < s.level_begin[l], "slot ", slot, " written twice in level ", l);
+      writer[slot] = n;
+    }
+    for (int32_t n = s.level_begin[l]; n < s.level_begin[l + 1]; ++n) {
+      const int32_t slot = s.nodes[n].slot_in;
+      FLIDE_CHECK(slot < 0 || writer[slot] < s.level_begin[l] || writer[slot] == n, "node ", n,
+                  " reads slot ", slot, " that node ", writer[slot], " writes in the same level");
+    }
+  }
+  for (int32_t r : s.out_rows) FLIDE_CHECK(r >= 0 && r < n_tokens, "out row ", r);
+  FLIDE_CHECK(s.n_full_out >= 0 && s.n_full_out <= int32_t(s.out_rows.size()));
+  FLIDE_CHECK(s.select_out.size() == s.select_ids.size());
+  for (int32_t m : s.select_out)
+    FLIDE_CHECK(m >= 0 && m < int32_t(s.out_rows.size()), "select_out ", m);
+
+  stream_ = s;
+  path_begin_.assign(size_t(n_nodes) + 1, 0);
+  path_nodes_.clear();
+  std::vector<int32_t> chain;
+  for (int32_t n = 0; n < n_nodes; ++n) {
+    chain.clear();
+    for (int32_t a = n; a >= 0; a = s.nodes[a].parent) chain.push_back(a);
+    path_nodes_.insert(path_nodes_.end(), chain.rbegin(), chain.rend());
+    path_begin_[n + 1] = int32_t(path_nodes_.size());
+  }
+}
+
+template <typename T>
+int64_t CpuOps<T>::rows_of(Rows which) const {
+  return which == Rows::Rows_all ? int64_t(stream_.n_tokens()) : int64_t(stream_.out_rows.size());
+}
+
+template <typename T>
+int32_t CpuOps<T>::stream_row(Rows which, int64_t r) const {
+  return which == Rows::Rows_all ? int32_t(r) : stream_.out_rows[r];
+}
+
+template <typename T>
+void CpuOps<T>::level_range(int level, int32_t* begin, int32_t* end) const {
+  FLIDE_CHECK(level >= 0 && level < stream_.n_levels(), "level ", level);
+  *begin = stream_.level_begin[level];
+  *end = stream_.level_begin[level + 1];
+}
+
+template class CpuOps<float>;
+template class CpuOps<double>;
+
+std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads) {
+  switch (dtype) {
+    case DType::DType_f32: return std::make_unique<CpuOps<float>>(threads);
+    case DType::DType_f64: return std::make_unique<CpuOps<double>>(threads);
+    default: break;
+  }
+  throw Error(cat("cpu backend: unsupported compute dtype ", dtype_name(dtype)));
+}
+
+}  // namespace flide

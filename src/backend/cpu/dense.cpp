@@ -1,0 +1,146 @@
+// Token-wise ops: embedding lookup, norms, GEMM (OpenBLAS), elementwise gates, row and column
+// copies.
+// Reductions (sum of squares) accumulate in T, as HF does in fp32 for an fp32 model.
+#include <cblas.h>
+
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace flide {
+
+template <typename T>
+void CpuOps<T>::embed(View table, View out) {
+  const int64_t n_tokens = stream_.n_tokens();
+  FLIDE_CHECK(out.rows == n_tokens && out.cols == table.cols, "out [", out.rows, ", ", out.cols,
+              "] table [", table.rows, ", ", table.cols, "]");
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int32_t id = stream_.token_ids[t];
+    FLIDE_CHECK(id >= 0 && id < table.rows, "token id ", id, " outside the table of ", table.rows);
+  }
+  const int64_t H = table.cols;
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const T* src = ptr(table) + int64_t(stream_.token_ids[t]) * H;
+    T* dst = ptr(out) + t * H;
+    for (int64_t c = 0; c < H; ++c) dst[c] = src[c];
+  }
+}
+
+// HF Qwen3_5RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w); the gated variant lives in gdn.cpp.
+template <typename T>
+void CpuOps<T>::rmsnorm(View x, View w, View out, double eps, bool unit_offset) {
+  FLIDE_CHECK(w.size() == x.cols && out.rows == x.rows && out.cols == x.cols);
+  const int64_t C = x.cols;
+  const T* wp = ptr(w);
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const T* xr = ptr(x) + r * C;
+    T* yr = ptr(out) + r * C;
+    T sum_sq = 0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += xr[c] * xr[c];
+    const T inv = T(1) / std::sqrt(sum_sq / T(C) + T(eps));
+    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * inv * (unit_offset ? T(1) + wp[c] : wp[c]);
+  }
+}
+
+template <typename T>
+void CpuOps<T>::matmul(View x, View w, View out) {
+  FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "x [", x.rows, ", ",
+              x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ", out.cols, "]");
+  const int64_t R = x.rows, N = w.rows, K = x.cols;
+  if (R == 0 || N == 0) return;
+  if (K == 0) return fill_zero(out);
+  if constexpr (sizeof(T) == 4) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0f, ptr(x), K, ptr(w), K, 0.0f,
+                ptr(out), N);
+  } else {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0, ptr(x), K, ptr(w), K, 0.0,
+                ptr(out), N);
+  }
+}
+
+template <typename T>
+void CpuOps<T>::add(View acc, View x) {
+  FLIDE_CHECK(acc.size() == x.size());
+  T* a = ptr(acc);
+  const T* b = ptr(x);
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t i = 0; i < acc.size(); ++i) a[i] += b[i];
+}
+
+template <typename T>
+void CpuOps<T>::silu_mul(View gate, View up, View out) {
+  FLIDE_CHECK(gate.size() == up.size() && out.size() == gate.size());
+  const T* g = ptr(gate);
+  const T* u = ptr(up);
+  T* o = ptr(out);
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t i = 0; i < out.size(); ++i) o[i] = silu(g[i]) * u[i];
+}
+
+template <typename T>
+void CpuOps<T>::sigmoid_mul(View x, View gate) {
+  FLIDE_CHECK(x.size() == gate.size());
+  T* xp = ptr(x);
+  const T* g = ptr(gate);
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t i = 0; i < x.size(); ++i) xp[i] *= sigmoid(g[i]);
+}
+
+template <typename T>
+void CpuOps<T>::gather_rows(View x, View out) {
+  const int64_t R = int64_t(stream_.out_rows.size());
+  FLIDE_CHECK(out.rows == R && out.cols == x.cols && x.rows == stream_.n_tokens(), "x [", x.rows,
+              ", ", x.cols, "] out [", out.rows, ", ", out.cols, "] out_rows ", R);
+  const int64_t C = x.cols;
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t r = 0; r < R; ++r) {
+    const T* src = ptr(x) + int64_t(stream_.out_rows[r]) * C;
+    T* dst = ptr(out) + r * C;
+    for (int64_t c = 0; c < C; ++c) dst[c] = src[c];
+  }
+}
+
+template <typename T>
+void CpuOps<T>::copy_cols(View x, int64_t col_begin, View out) {
+  FLIDE_CHECK(out.rows == x.rows && col_begin >= 0 && col_begin + out.cols <= x.cols, "x [",
+              x.rows, ", ", x.cols, "] cols [", col_begin, ", +", out.cols, ") out rows ", out.rows);
+  const int64_t C = out.cols;
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const T* src = ptr(x) + r * x.cols + col_begin;
+    T* dst = ptr(out) + r * C;
+    for (int64_t c = 0; c < C; ++c) dst[c] = src[c];
+  }
+}
+
+// HF l2norm (fla): x * rsqrt(sum(x^2) + eps).
+template <typename T>
+void CpuOps<T>::l2norm(View x, double eps) {
+  const int64_t C = x.cols;
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t r = 0; r < x.rows; ++r) {
+    T* xr = ptr(x) + r * C;
+    T sum_sq = 0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += xr[c] * xr[c];
+    const T inv = T(1) / std::sqrt(sum_sq + T(eps));
+    for (int64_t c = 0; c < C; ++c) xr[c] *= inv;
+  }
+}
+
+#define FLIDE_INSTANTIATE(T)                                                  \
+  template void CpuOps<T>::embed(View, View);                                 \
+  template void CpuOps<T>::rmsnorm(View, View, View, double, bool);           \
+  template void CpuOps<T>::matmul(View, View, View);                          \
+  template void CpuOps<T>::add(View, View);                                   \
+  template void CpuOps<T>::silu_mul(View, View, View);                        \
+  template void CpuOps<T>::sigmoid_mul(View, View);                           \
+  template void CpuOps<T>::gather_rows(View, View);                           \
+  template void CpuOps<T>::copy_cols(View, int64_t, View);                    \
+  template void CpuOps<T>::l2norm(View, double);
+FLIDE_INSTANTIATE(float)
+FLIDE_INSTANTIATE(double)
+#undef FLIDE_INSTANTIATE
+
+}  // namespace flide

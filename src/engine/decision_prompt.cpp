@@ -1,0 +1,125 @@
+// The OpenJev decision template (decision_api.md §1.4) and the token tree built from it.
+// Exactness rule: every branch's trunk ++ child tokens is the tokenization of that question's
+// whole prompt, byte for byte, so forked execution equals running each prompt on its own.
+// The trunk is the longest common token prefix of all prompts and of the rendered state prefix
+// ("<|im_start|>user\nState:\n" + state + "\n\n"). Including the state prefix keeps the trunk a
+// property of the state alone (question texts that happen to start alike stay in the branches),
+// so requests sharing a state fork at the same token and hit the same state-cache checkpoint.
+#include "engine/decision_prompt.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace flide {
+
+namespace {
+
+constexpr const char* kScoreSuffix = " Rate along the ordered levels below (lowest first).";
+constexpr const char* kAnswerCue = "\n\nAnswer with the letter of the best option only.";
+// noul options are ordered true first; an empty description falls back to the template's text
+// (the helper's `criteria.true or "..."`, so "" counts as absent too).
+constexpr const char* kNoulDefault[2] = {"The statement is true.", "The statement is false."};
+
+std::string state_prefix(const std::string& state_text) {
+  return "<|im_start|>user\nState:\n" + state_text + "\n\n";
+}
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  return size_t(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+}
+
+void validate_question(size_t index, const DecisionQuestion& q) {
+  const size_t n = q.options.size();
+  if (n == 0) throw Error(cat("question ", index, " has no options"));
+  if (n > size_t(kMaxOptions))
+    throw Error(cat("question ", index, ": ", n, " options, at most ", kMaxOptions,
+                    " are supported"));
+  if (q.type == QuestionType::QuestionType_noul && n != 2)
+    throw Error(cat("question ", index, ": a noul question has exactly 2 options (yes, no), got ",
+                    n));
+}
+
+// Label ids of one prompt: each letter must add exactly one token to the prompt's tokenization
+// (checked on the whole prompt, the only check that is right for BPE; decision_api.md §1.3).
+std::vector<int32_t> label_ids(const Tokenizer& tokenizer, size_t index, const std::string& prompt,
+                               const std::vector<int32_t>& prompt_tokens, size_t n_options) {
+  std::vector<int32_t> ids;
+  std::unordered_set<int32_t> seen;
+  for (size_t i = 0; i < n_options; ++i) {
+    const char letter = option_label(int(i));
+    std::vector<int32_t> with_letter = tokenizer.encode(prompt + letter);
+    if (with_letter.size() != prompt_tokens.size() + 1 ||
+        common_prefix(with_letter, prompt_tokens) != prompt_tokens.size())
+      throw Error(cat("question ", index, ": option letter '", letter,
+                      "' is not a single token when appended to the prompt"));
+    if (!seen.insert(with_letter.back()).second)
+      throw Error(cat("question ", index, ": option letter '", letter,
+                      "' has the same token id as an earlier letter"));
+    ids.push_back(with_letter.back());
+  }
+  return ids;
+}
+
+}  // namespace
+
+char option_label(int index) {
+  FLIDE_CHECK(index >= 0 && index < kMaxOptions, "option index ", index);
+  return index < 26 ? char('A' + index) : char('a' + (index - 26));
+}
+
+std::string render_question_content(const std::string& state_text, const DecisionQuestion& q) {
+  std::string out = "State:\n" + state_text + "\n\nQuestion: " + q.instructions;
+  if (q.type == QuestionType::QuestionType_score) out += kScoreSuffix;
+  out += "\nOptions:\n";
+  for (size_t i = 0; i < q.options.size(); ++i) {
+    const DecisionOption& option = q.options[i];
+    std::string description = option.description;
+    if (q.type == QuestionType::QuestionType_noul && description.empty() && i < 2)
+      description = kNoulDefault[i];
+    if (i > 0) out += '\n';
+    out += cat('[', option_label(int(i)), "] ", option.key, ": ", description);
+  }
+  out += kAnswerCue;
+  return out;
+}
+
+std::string render_question_prompt(const std::string& state_text, const DecisionQuestion& q) {
+  return "<|im_start|>user\n" + render_question_content(state_text, q) +
+         "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+}
+
+Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_text,
+                         const std::vector<DecisionQuestion>& questions) {
+  if (questions.empty()) throw Error("a decision needs at least one question");
+  for (size_t i = 0; i < questions.size(); ++i) validate_question(i, questions[i]);
+
+  std::vector<std::string> prompts;
+  std::vector<std::vector<int32_t>> tokens;
+  for (const DecisionQuestion& q : questions) {
+    prompts.push_back(render_question_prompt(state_text, q));
+    tokens.push_back(tokenizer.encode(prompts.back()));
+  }
+
+  size_t trunk = common_prefix(tokens[0], tokenizer.encode(state_prefix(state_text)));
+  for (const std::vector<int32_t>& t : tokens)  // every branch keeps >= 1 token of its own
+    trunk = std::min({trunk, common_prefix(tokens[0], t), t.size() - 1});
+  // Every prompt starts with the same text, so only a pathological tokenizer gets here; refuse
+  // it as a request error instead of forming an empty trunk.
+  if (trunk == 0) throw Error("the question prompts share no leading token to form a trunk");
+
+  Tree tree;
+  tree.nodes.emplace_back().tokens.assign(tokens[0].begin(), tokens[0].begin() + trunk);
+  for (size_t i = 0; i < questions.size(); ++i) {
+    TreeNode child;
+    child.parent = 0;
+    child.tokens.assign(tokens[i].begin() + trunk, tokens[i].end());
+    child.readout = ReadoutKind::ReadoutKind_choice;
+    child.label_ids = label_ids(tokenizer, i, prompts[i], tokens[i], questions[i].options.size());
+    tree.nodes.push_back(std::move(child));
+  }
+  return tree;
+}
+
+}  // namespace flide
