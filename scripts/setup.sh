@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config libopenblas-dev nlohmann-json3-dev libpcre2-dev
+packages=(build-essential cmake pkg-config libopenblas-openmp-dev nlohmann-json3-dev libpcre2-dev
           libutf8proc-dev libgtest-dev libgmock-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -62,7 +62,7 @@ class Ops {
   virtual void matmul(View x, View w, View out) = 0;
   // acc += x
   virtual void add(View acc, View x) = 0;
-  // out = silu(gate) * up
+  // out = silu(gate) * up; out may alias gate or up
   virtual void silu_mul(View gate, View up, View out) = 0;
   // x *= sigmoid(gate)
   virtual void sigmoid_mul(View x, View gate) = 0;
@@ -89,7 +89,7 @@ class Ops {
   // Depthwise causal conv (kernel K = w.cols, no bias) + SiLU over the C = x.cols channels for
   // the nodes of one tree level. A node's history before its first row is its slot_in window
   // (zeros without one); a node with slot_out writes its last K-1 inputs (of its whole path).
-  // window: [slots, (K-1) * C], oldest row first.
+  // window: [slots, (K-1) * C], oldest row first. out must not alias x.
   virtual void causal_conv_silu(View x, View w, View window, View out, int level) = 0;
   // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); a, b, g, beta [T, Hv];
   // A_log, dt_bias [1, Hv].

@@ -1,8 +1,10 @@
 // Decision prompts: the OpenJev template (shared/specs/decision_api.md §1.4) that turns a state
 // and questions into token trees. The state is rendered once in the trunk; each question's
 // text, lettered options and answer cue go in its branch. The trunk/branch boundary is the
-// longest common token prefix of the questions' full prompts (capped so every branch keeps at
-// least one token), so every branch's path equals the tokenization of its whole prompt.
+// longest common token prefix of the questions' full prompts and of the rendered state prefix
+// "<|im_start|>user\nState:\n{state}\n\n" (capped so every branch keeps at least one token), so
+// every branch's path equals the tokenization of its whole prompt, and requests with the same
+// state split at the same token.
 // Shared by the CLI and the server.
 #pragma once
 

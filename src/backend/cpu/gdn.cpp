@@ -79,7 +79,7 @@ template <typename T>
 void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
   const int64_t dk = h.dk, dv = h.dv, C = kChunk;
   thread_local std::vector<T> buf;
-  buf.resize(size_t(C * dk * 3 + C * dv * 3 + C * C + C * 2 + dv));
+  buf.resize(size_t(C * dk * 3 + C * dv * 3 + C * C * 2 + C * 3 + dv));
   T* q = buf.data();     // [C][dk] scaled queries
   T* kb = q + C * dk;    // [C][dk] k * beta
   T* W = kb + C * dk;    // [C][dk] k_cumdecay
@@ -87,8 +87,10 @@ void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
   T* U = vb + C * dv;    // [C][dv] new values
   T* vn = U + C * dv;    // [C][dv] v_new
   T* A = vn + C * dv;    // [C][C]  attn, then T = (I + A)^-1, then the intra-chunk q.k
-  T* gam = A + C * C;    // [C]     cumulative g
-  T* row = gam + C;      // [C]     a row of attn before its update
+  T* decay = A + C * C;  // [C][C]  exp(gamma_i - gamma_j), j <= i (HF decay_mask)
+  T* gam = decay + C * C;  // [C]   cumulative g
+  T* egam = gam + C;     // [C]     exp(gamma)
+  T* row = egam + C;     // [C]     a row of attn before its update
   T* acc = row + C;      // [dv]
   for (int64_t c0 = begin; c0 < end; c0 += C) {
     const int64_t n = std::min(C, end - c0);
@@ -100,13 +102,16 @@ void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
       for (int64_t d = 0; d < dk; ++d) kb[i * dk + d] = k_row(i)[d] * beta;
       for (int64_t d = 0; d < dv; ++d) vb[i * dv + d] = h.v[t * h.v_stride + d] * beta;
       gam[i] = (i > 0 ? gam[i - 1] : T(0)) + h.g[t * h.g_stride];
+      egam[i] = std::exp(gam[i]);
     }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j <= i; ++j) decay[i * C + j] = std::exp(gam[i] - gam[j]);
     // attn = -((k_beta @ k^T) * decay_mask).masked_fill(upper incl. diagonal, 0)
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < i; ++j) {
         T dot = 0;
         for (int64_t d = 0; d < dk; ++d) dot += kb[i * dk + d] * k_row(j)[d];
-        A[i * C + j] = -(dot * std::exp(gam[i] - gam[j]));
+        A[i * C + j] = -(dot * decay[i * C + j]);
       }
     }
     // for i: attn[i, :i] = row + (row[:, None] * attn[:i, :i]).sum(-2); then attn += I
@@ -125,9 +130,8 @@ void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
       for (int64_t d = 0; d < dk; ++d) W[i * dk + d] = 0;
       for (int64_t j = 0; j <= i; ++j) {
         const T a = A[i * C + j];
-        const T decay = std::exp(gam[j]);
         for (int64_t d = 0; d < dv; ++d) U[i * dv + d] += a * vb[j * dv + d];
-        for (int64_t d = 0; d < dk; ++d) W[i * dk + d] += a * (kb[j * dk + d] * decay);
+        for (int64_t d = 0; d < dk; ++d) W[i * dk + d] += a * (kb[j * dk + d] * egam[j]);
       }
     }
     // attn = (q @ k^T * decay_mask).masked_fill(strictly upper, 0)
@@ -135,7 +139,7 @@ void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
       for (int64_t j = 0; j <= i; ++j) {
         T dot = 0;
         for (int64_t d = 0; d < dk; ++d) dot += q[i * dk + d] * k_row(j)[d];
-        A[i * C + j] = dot * std::exp(gam[i] - gam[j]);
+        A[i * C + j] = dot * decay[i * C + j];
       }
     }
     // v_new = value - k_cumdecay @ S
@@ -147,10 +151,9 @@ void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
     }
     // o = (q * exp(gamma)) @ S + attn @ v_new
     for (int64_t i = 0; i < n; ++i) {
-      const T decay = std::exp(gam[i]);
       for (int64_t d = 0; d < dv; ++d) acc[d] = 0;
       for (int64_t kk = 0; kk < dk; ++kk) {
-        const T qd = q[i * dk + kk] * decay;
+        const T qd = q[i * dk + kk] * egam[i];
         for (int64_t d = 0; d < dv; ++d) acc[d] += qd * S[kk * dv + d];
       }
       T* ot = h.out + (c0 + i) * h.out_stride;
@@ -160,12 +163,10 @@ void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
       for (int64_t d = 0; d < dv; ++d) ot[d] = acc[d] + ot[d];
     }
     // S = S * exp(gamma_last) + (k * exp(gamma_last - gamma))^T @ v_new
-    const T decay_last = std::exp(gam[n - 1]);
-    for (int64_t i = 0; i < dk * dv; ++i) S[i] *= decay_last;
+    for (int64_t i = 0; i < dk * dv; ++i) S[i] *= egam[n - 1];
     for (int64_t j = 0; j < n; ++j) {
-      const T decay = std::exp(gam[n - 1] - gam[j]);
       for (int64_t kk = 0; kk < dk; ++kk) {
-        const T kd = k_row(j)[kk] * decay;
+        const T kd = k_row(j)[kk] * decay[(n - 1) * C + j];
         for (int64_t d = 0; d < dv; ++d) S[kk * dv + d] += kd * vn[j * dv + d];
       }
     }
