@@ -22,10 +22,13 @@ struct View {
   void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  DType dtype = DType::DType_f32;  // element type, set by the backend that made the view
 
   int64_t size() const { return rows * cols; }
   // The same memory seen as [rows * cols / cols_new, cols_new].
-  View reshaped(int64_t cols_new) const { return {data, rows * cols / cols_new, cols_new}; }
+  View reshaped(int64_t cols_new) const { return {data, rows * cols / cols_new, cols_new, dtype}; }
+  // The first n rows (a view of the same memory).
+  View first_rows(int64_t n) const { return {data, n, cols, dtype}; }
 };
 
 // Which stream rows a query-side tensor holds: every row, or only Stream::out_rows (the last
@@ -46,6 +49,9 @@ class Ops {
   // which rewinds it. Blocks are kept and merged at reset, so a steady workload stops
   // allocating after its first round. Contents are unspecified (callers overwrite).
   virtual View scratch(int64_t rows, int64_t cols) = 0;
+  // Scratch of at least float32 precision (CPU: the compute type; CUDA: float32) for what
+  // low precision would ruin: recurrent state, decay gates, logits.
+  virtual View scratch_f32(int64_t rows, int64_t cols) = 0;
   virtual void reset_scratch() = 0;
   virtual void upload(View dst, const float* src) = 0;    // host float -> dst (exact for f32/f64)
   virtual void download(View src, double* dst) = 0;       // dst -> host double

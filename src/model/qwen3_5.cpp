@@ -202,7 +202,7 @@ class Qwen35Model final : public Model {
 
     // Slots hold each parent node's conv window and recurrent state for its children.
     View window = ops_.scratch(std::max(s.n_slots, 1), (K - 1) * C);
-    View state = ops_.scratch(std::max(s.n_slots, 1), int64_t(Hv) * Dk * Dv);
+    View state = ops_.scratch_f32(std::max(s.n_slots, 1), int64_t(Hv) * Dk * Dv);
     View conv = ops_.scratch(T, C);
     for (int level = 0; level < s.n_levels(); ++level)
       ops_.causal_conv_silu(qkv, w.conv, window, conv, level);
@@ -213,7 +213,7 @@ class Qwen35Model final : public Model {
     ops_.copy_cols(conv, 2 * Kd, v);
     ops_.l2norm(q.reshaped(Dk), 1e-6);
     ops_.l2norm(k.reshaped(Dk), 1e-6);
-    View g = ops_.scratch(T, Hv), beta = ops_.scratch(T, Hv);
+    View g = ops_.scratch_f32(T, Hv), beta = ops_.scratch_f32(T, Hv);
     ops_.gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
 
     View o = ops_.scratch(T, Vd);
@@ -278,15 +278,15 @@ class Qwen35Model final : public Model {
   ReadoutLogits readout(const Stream& s, View hn) {
     ReadoutLogits result;
     if (!s.select_ids.empty()) {
-      View sel = ops_.scratch(int64_t(s.select_ids.size()), 1);
+      View sel = ops_.scratch_f32(int64_t(s.select_ids.size()), 1);
       ops_.select_logits(hn, lm_head_, sel);
       result.selected.resize(s.select_ids.size());
       ops_.download(sel, result.selected.data());
     }
     if (s.n_full_out > 0) {
       const int64_t F = s.n_full_out, V = cfg_.vocab_size;
-      View logits = ops_.scratch(F, V);
-      ops_.matmul(View{hn.data, F, hn.cols}, lm_head_, logits);
+      View logits = ops_.scratch_f32(F, V);
+      ops_.matmul(hn.first_rows(F), lm_head_, logits);
       result.full.resize(size_t(F * V));
       ops_.download(logits, result.full.data());
     }

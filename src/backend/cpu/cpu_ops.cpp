@@ -66,28 +66,34 @@ template <typename T>
 View CpuOps<T>::alloc(int64_t rows, int64_t cols) {
   FLIDE_CHECK(rows >= 0 && cols >= 0, "alloc(", rows, ", ", cols, ")");
   const int64_t n = rows * cols, block_elems = kBlockBytes / int64_t(sizeof(T));
-  if (n == 0) return {nullptr, rows, cols};
-  if (n > block_elems / 2) return {persistent_.add_block(n, true, false), rows, cols};
+  if (n == 0) return {nullptr, rows, cols, dtype()};
+  if (n > block_elems / 2) return {persistent_.add_block(n, true, false), rows, cols, dtype()};
   T* p = persistent_.take(n);
   if (!p) {
     persistent_.add_block(block_elems, true, true);
     p = persistent_.take(n);
   }
-  return {p, rows, cols};
+  return {p, rows, cols, dtype()};
 }
 
 template <typename T>
 View CpuOps<T>::scratch(int64_t rows, int64_t cols) {
   FLIDE_CHECK(rows >= 0 && cols >= 0, "scratch(", rows, ", ", cols, ")");
   const int64_t n = rows * cols, align = kAlignBytes / int64_t(sizeof(T));
-  if (n == 0) return {nullptr, rows, cols};
+  if (n == 0) return {nullptr, rows, cols, dtype()};
   T* p = scratch_.take(n);
   if (!p) {  // grow geometrically: the next block at least doubles the capacity
     const int64_t elems = std::max({n + align, scratch_.total, kBlockBytes / int64_t(sizeof(T))});
     scratch_.add_block(elems, false, true);
     p = scratch_.take(n);
   }
-  return {p, rows, cols};
+  return {p, rows, cols, dtype()};
+}
+
+// The reference computes everything in T, so "at least float32" is simply T.
+template <typename T>
+View CpuOps<T>::scratch_f32(int64_t rows, int64_t cols) {
+  return scratch(rows, cols);
 }
 
 template <typename T>
