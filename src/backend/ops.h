@@ -116,5 +116,8 @@ class Ops {
 };
 
 std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads);  // DType_f32 or DType_f64
+// bf16 activations and weights, fp32 accumulation, state, gates and logits, on CUDA device
+// `device`. Throws flide::Error when built without CUDA or when no such device exists.
+std::unique_ptr<Ops> make_cuda_ops(int device);
 
 }  // namespace flide

@@ -1,0 +1,59 @@
+// Launchers of the token-parallel kernels: bf16 activations and weights, fp32 arithmetic
+// inside each kernel, one rounding to bf16 per output (spec qwen3_5.md §6). Each takes raw
+// pointers, sizes and a stream, allocates nothing, and returns the launch status.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/tree_meta.h"
+
+namespace flide::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// out[t, :] = table[ids[t], :]; out [T, H]
+cudaError_t embed(const int32_t* ids, const bf16* table, bf16* out, int64_t T, int64_t H,
+                  cudaStream_t stream);
+// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); out may alias x.
+cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim,
+                    float eps, bool unit_offset, cudaStream_t stream);
+// acc += x
+cudaError_t add(bf16* acc, const bf16* x, int64_t n, cudaStream_t stream);
+// out = silu(gate) * up; out may alias gate or up
+cudaError_t silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n, cudaStream_t stream);
+// x *= sigmoid(gate)
+cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t stream);
+// out[r, :] = x[rows[r], :]; out [R, cols]. Works for bf16 and fp32 (elem_bytes 2 or 4).
+cudaError_t gather_rows(const void* x, const int32_t* rows, void* out, int64_t R, int64_t cols,
+                        int elem_bytes, cudaStream_t stream);
+// out[r, :] = x[r, col_begin : col_begin + out_cols]
+cudaError_t copy_cols(const bf16* x, int64_t x_cols, int64_t col_begin, bf16* out, int64_t rows,
+                      int64_t out_cols, cudaStream_t stream);
+// x[r] /= sqrt(sum(x[r]^2) + eps), in place
+cudaError_t l2norm(bf16* x, int64_t rows, int64_t dim, float eps, cudaStream_t stream);
+// qg [R, heads * 2 * hd] (per head [query | gate]) -> q, gate [R, heads * hd]
+cudaError_t split_query_gate(const bf16* qg, bf16* q, bf16* gate, int64_t rows, int heads,
+                             int head_dim, cudaStream_t stream);
+// NeoX rotate-half on the first rot_dim dims of each head; row r has position
+// positions[rows ? rows[r] : r]. cos/sin in fp32 from inv_freq = theta^(-2i/rot_dim).
+cudaError_t rope(bf16* x, const int32_t* positions, const int32_t* rows, int64_t n_rows, int heads,
+                 int head_dim, int rot_dim, float theta, cudaStream_t stream);
+// g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); a, b [T, Hv] bf16;
+// A_log, dt_bias [Hv] bf16.
+cudaError_t gdn_gates(const bf16* a, const bf16* b, const bf16* A_log, const bf16* dt_bias,
+                      float* g, float* beta, int64_t T, int Hv, cudaStream_t stream);
+// out = rmsnorm(o) * w * silu(z) per row of [rows, dim]; w plain (not 1 + w).
+cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out, int64_t rows,
+                          int64_t dim, float eps, cudaStream_t stream);
+// out[m] = dot(h[select_out[m]], w[select_ids[m]]) in fp32; h [R, H], w [V, H].
+cudaError_t select_logits(const bf16* h, const bf16* w, const int32_t* select_out,
+                          const int32_t* select_ids, float* out, int64_t M, int64_t H,
+                          cudaStream_t stream);
+// bf16 <-> fp32 conversions for host transfers.
+cudaError_t f32_to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t stream);
+cudaError_t bf16_to_f32(const bf16* in, float* out, int64_t n, cudaStream_t stream);
+
+}  // namespace flide::kernels
