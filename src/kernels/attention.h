@@ -2,8 +2,14 @@
 // the model, forked"). Query row i of node n attends to every row of n's ancestors and to n's
 // own rows up to i. bf16 q/k/v, fp32 softmax and accumulation, GQA (query head h reads kv head
 // h / (heads_q / heads_kv)).
+//
+// Plan/run split (STYLE.md #5): the host groups query rows into tiles whose rows share their
+// ancestors (e.g. the rows of sibling questions), so that a tile reads the shared trunk K/V
+// once as one dense block and its rows' own spans causally, merging the parts by log-sum-exp.
+// The plan is an opaque blob the caller copies to the device before the launch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -13,13 +19,32 @@
 
 namespace flide::kernels {
 
-// q/out [R, heads_q * hd]: row r is stream row (q_rows ? q_rows[r] : r); k/v [T, heads_kv * hd].
-// workspace: scratch for split-KV partial results, at least attention_workspace_bytes(...).
+// Host copy of the tree structure the planner needs (mirrors backend/stream.h).
+struct HostTree {
+  const int32_t* node_parent;  // [N]
+  const int32_t* node_offset;  // [N]
+  const int32_t* node_length;  // [N]
+  const int32_t* token_node;   // [T]
+  int32_t n_nodes;
+  int32_t n_tokens;
+};
+
+// Upper bound of a plan's size for R query rows over a tree of n_nodes nodes.
+size_t attention_plan_bytes(int64_t R, int32_t n_nodes);
+
+// Writes the plan for query rows (q_rows ? q_rows[r] : r), r < R (host arrays), into `plan`
+// (attention_plan_bytes(R, n_nodes) bytes of host memory); returns the bytes used and sets
+// *n_tiles to the number of work tiles (the launch's grid depends on it).
+size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t R, void* plan,
+                            int32_t* n_tiles);
+
+// q/out [R, heads_q * hd]: row r is stream row (q_rows ? q_rows[r] : r), q_rows on the device;
+// k/v [T, heads_kv * hd]. plan: the device copy of build_attention_plan's output for the same
+// rows. head_dim: 16, 24, 32, 64, 128 or 256.
 cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, __nv_bfloat16* out, const int32_t* q_rows,
-                           int64_t R, const TreeMeta& meta, int heads_q, int heads_kv,
-                           int head_dim, float scale, void* workspace, size_t workspace_bytes,
+                           int64_t R, const TreeMeta& meta, const void* plan, int32_t n_tiles,
+                           int heads_q, int heads_kv, int head_dim, float scale,
                            cudaStream_t stream);
-size_t attention_workspace_bytes(int64_t R, int64_t T, int heads_q, int head_dim);
 
 }  // namespace flide::kernels
