@@ -57,6 +57,7 @@ class Ops {
   virtual void download(View src, double* dst) = 0;       // dst -> host double
   virtual void fill_zero(View dst) = 0;
   virtual void set_stream(const Stream& stream) = 0;      // metadata for the round
+  virtual void synchronize() = 0;  // waits for all queued work (timing; CPU: nothing to wait for)
 
   // ---- dense ----
   // out[T, H] = table[token_ids[t]]

@@ -49,6 +49,7 @@ class CpuOps final : public Ops {
   View alloc(int64_t rows, int64_t cols) override;
   View scratch(int64_t rows, int64_t cols) override;
   View scratch_f32(int64_t rows, int64_t cols) override;
+  void synchronize() override {}
   void reset_scratch() override;
   void upload(View dst, const float* src) override;
   void download(View src, double* dst) override;
