@@ -1,6 +1,9 @@
 // Launchers of the token-parallel kernels: bf16 activations and weights, fp32 arithmetic
 // inside each kernel, one rounding to bf16 per output (spec qwen3_5.md §6). Each takes raw
 // pointers, sizes and a stream, allocates nothing, and returns the launch status.
+// Empty inputs launch nothing. Any bf16 alignment works: 16-byte aligned pointers (and rows of a
+// multiple of 8 elements for the row kernels) take a vectorised path that gives the same bits.
+// Row reductions (norms, select_logits) depend only on the row, never on the batch.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,7 @@ cudaError_t split_query_gate(const bf16* qg, bf16* q, bf16* gate, int64_t rows, 
                              int head_dim, cudaStream_t stream);
 // NeoX rotate-half on the first rot_dim dims of each head; row r has position
 // positions[rows ? rows[r] : r]. cos/sin in fp32 from inv_freq = theta^(-2i/rot_dim).
+// cudaErrorInvalidValue unless 0 < rot_dim <= head_dim and rot_dim is even.
 cudaError_t rope(bf16* x, const int32_t* positions, const int32_t* rows, int64_t n_rows, int heads,
                  int head_dim, int rot_dim, float theta, cudaStream_t stream);
 // g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); a, b [T, Hv] bf16;

@@ -1,0 +1,74 @@
+// Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu): 8-element
+// bf16 chunks moved as one 16-byte access, unpacked to fp32 for the arithmetic.
+//
+// A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
+// pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's
+// `vec` flag); otherwise, and for the last partial chunk of a row, the same chunk is moved element
+// by element, missing elements reading as 0. Both paths give the same values in the same order,
+// so a reduction's result never depends on which path a launch took.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace flide::kernels::detail {
+
+// Grid cap of the grid-stride launches: several waves of 256-thread blocks on 132 SMs; larger
+// inputs loop inside the kernel.
+constexpr int64_t kMaxBlocks = 4096;
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+inline int blocks_for(int64_t work, int64_t per_block) {
+  const int64_t blocks = (work + per_block - 1) / per_block;
+  return int(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+// `valid`: elements of the row left from p (only the first 8 matter).
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, int64_t valid, bool vec,
+                                      float (&f)[8]) {
+  if (vec && valid >= 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 t = __bfloat1622float2(h[k]);
+      f[2 * k] = t.x;
+      f[2 * k + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = k < valid ? __bfloat162float(p[k]) : 0.f;
+  }
+}
+
+__device__ __forceinline__ void store8(__nv_bfloat16* p, int64_t valid, bool vec,
+                                       const float (&f)[8]) {
+  if (vec && valid >= 8) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (k < valid) p[k] = __float2bfloat16_rn(f[k]);
+  }
+}
+
+// Fast-math sigmoid (__expf, approximate division): relative error ~1e-6, far below the bf16
+// rounding that follows it. Saturates to 0 / 1 without NaN for large |x|.
+__device__ __forceinline__ float sigmoid_fast(float x) { return 1.f / (1.f + __expf(-x)); }
+
+// Butterfly sum over aligned groups of `width` lanes (a power of two <= 32). Partners add the
+// same two values in swapped order, so every lane ends with the bitwise-same sum. All 32 lanes
+// of the warp must call it.
+__device__ __forceinline__ float group_sum_lanes(float s, int width) {
+  for (int off = width / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  return s;
+}
+
+}  // namespace flide::kernels::detail

@@ -1,0 +1,196 @@
+// Row norms: rmsnorm (HF Qwen3_5RMSNorm, optional 1 + w), l2norm (fla l2norm, eps inside the
+// sqrt) and gated_rmsnorm (HF Qwen3_5RMSNormGated). One kernel template serves all three: a
+// group of threads owns a row, sums its squares in fp32, and rescales the row it kept in
+// registers; only the per-op epilogue differs.
+//
+// Determinism: the group size depends on dim alone and chunk c of a row always goes to thread
+// c % group, summed in ascending order, then a fixed butterfly / per-warp order. A row's result
+// therefore depends only on the row, never on the batch it arrived in or on the pointers'
+// alignment (bf16x8.cuh).
+//
+// Numerics: fp32 throughout, one rounding to bf16 at the store. gated_rmsnorm keeps the
+// normalised value in fp32 before multiplying by w, where HF rounds it to bf16 first (spec
+// §4 step 8); the difference is below one bf16 ulp of the output. rsqrtf is the hardware
+// approximation (~2 ulp fp32), as torch.rsqrt is on the GPU.
+#include <algorithm>
+
+#include "kernels/bf16x8.cuh"
+#include "kernels/dense.h"
+
+namespace flide::kernels {
+namespace {
+
+using detail::load8;
+using detail::store8;
+
+// 512 rather than 1024 threads per block leaves 128 registers a thread, room for the cached
+// chunks plus the gated epilogue's operands without spilling; V = 2 still covers H = 5120.
+constexpr int kMaxGroup = 512;
+
+struct RmsNormOp {
+  const bf16* x;  // [rows, dim]
+  const bf16* w;  // [dim]
+  bf16* out;      // [rows, dim], may be x
+  float eps;
+  bool unit_offset;
+
+  __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
+  __device__ float scale(float sum_sq, int64_t dim) const {
+    return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
+  }
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
+                         float s) const {
+    float wv[8], y[8];
+    load8(w + e, dim - e, vec, wv);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = v[k] * s * (unit_offset ? 1.f + wv[k] : wv[k]);
+    store8(out + r * dim + e, dim - e, vec, y);
+  }
+};
+
+struct L2NormOp {
+  bf16* x;  // [rows, dim], in place
+  float eps;
+
+  __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
+  __device__ float scale(float sum_sq, int64_t) const { return rsqrtf(sum_sq + eps); }
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
+                         float s) const {
+    float y[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = v[k] * s;
+    store8(x + r * dim + e, dim - e, vec, y);
+  }
+};
+
+struct GatedRmsNormOp {
+  const bf16* o;  // [rows, dim]
+  const bf16* z;  // [rows, dim]
+  const bf16* w;  // [dim]
+  bf16* out;      // [rows, dim]
+  float eps;
+
+  __device__ const bf16* in_row(int64_t r, int64_t dim) const { return o + r * dim; }
+  __device__ float scale(float sum_sq, int64_t dim) const {
+    return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
+  }
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
+                         float s) const {
+    float zv[8], wv[8], y[8];
+    load8(z + r * dim + e, dim - e, vec, zv);
+    load8(w + e, dim - e, vec, wv);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = wv[k] * (v[k] * s) * (zv[k] * detail::sigmoid_fast(zv[k]));
+    store8(out + r * dim + e, dim - e, vec, y);
+  }
+};
+
+// A row belongs to `group` consecutive threads: group <= 32 packs blockDim / group rows into a
+// block; group == blockDim (a multiple of 32, at most kMaxGroup) gives each block one row. Each
+// thread keeps its first V chunks in registers; chunks beyond V * group (dim > 8192) are read
+// again from memory for the store, by the same thread, so out == x stays safe.
+template <class Op, int V>
+__global__ void __launch_bounds__(kMaxGroup) norm_rows_kernel(Op op, int64_t rows, int64_t dim,
+                                                         int group, bool vec) {
+  __shared__ float warp_sums[32];
+  const int lane = int(threadIdx.x) % group;
+  const int rows_per_block = int(blockDim.x) / group;
+  const int64_t n_chunks = (dim + 7) / 8;
+  for (int64_t first = int64_t(blockIdx.x) * rows_per_block; first < rows;
+       first += int64_t(gridDim.x) * rows_per_block) {
+    // Threads past the last row still run the shuffles and barriers, with nothing to do.
+    const int64_t r = first + int(threadIdx.x) / group;
+    const bool live = r < rows;
+    const bf16* in = op.in_row(live ? r : 0, dim);
+
+    float cache[V][8];
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = lane + int64_t(v) * group;
+      if (live && c < n_chunks) {
+        load8(in + 8 * c, dim - 8 * c, vec, cache[v]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) sum_sq = fmaf(cache[v][k], cache[v][k], sum_sq);
+      }
+    }
+    for (int64_t c = lane + int64_t(V) * group; live && c < n_chunks; c += group) {
+      float t[8];
+      load8(in + 8 * c, dim - 8 * c, vec, t);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sum_sq = fmaf(t[k], t[k], sum_sq);
+    }
+
+    sum_sq = detail::group_sum_lanes(sum_sq, group < 32 ? group : 32);
+    if (group > 32) {
+      const int n_warps = int(blockDim.x) / 32;
+      if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum_sq;
+      __syncthreads();
+      sum_sq = 0.f;
+      for (int i = 0; i < n_warps; ++i) sum_sq += warp_sums[i];
+      __syncthreads();  // warp_sums is rewritten for the next row
+    }
+    if (!live) continue;
+    const float s = op.scale(sum_sq, dim);
+
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = lane + int64_t(v) * group;
+      if (c < n_chunks) op.finish(r, dim, 8 * c, vec, cache[v], s);
+    }
+    for (int64_t c = lane + int64_t(V) * group; c < n_chunks; c += group) {
+      float t[8];
+      load8(in + 8 * c, dim - 8 * c, vec, t);
+      op.finish(r, dim, 8 * c, vec, t, s);
+    }
+  }
+}
+
+// Group size from dim only (determinism, see the file top): up to 32 chunks a power-of-two
+// group with one chunk per thread (several rows per warp for head-sized rows), up to 64 chunks a
+// warp with two, beyond that a block of up to kMaxGroup threads with two chunks per thread.
+template <class Op>
+cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return cudaSuccess;
+  const int64_t n_chunks = (dim + 7) / 8;
+  if (n_chunks <= 32) {
+    int group = 1;
+    while (group < n_chunks) group *= 2;
+    constexpr int threads = 256;
+    norm_rows_kernel<Op, 1><<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(
+        op, rows, dim, group, vec);
+  } else if (n_chunks <= 64) {
+    constexpr int threads = 256, group = 32;
+    norm_rows_kernel<Op, 2><<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(
+        op, rows, dim, group, vec);
+  } else {
+    const int64_t per_thread2 = (n_chunks + 1) / 2;
+    const int group = int(std::min<int64_t>(kMaxGroup, (per_thread2 + 31) / 32 * 32));
+    norm_rows_kernel<Op, 2><<<detail::blocks_for(rows, 1), group, 0, stream>>>(op, rows, dim,
+                                                                               group, vec);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim,
+                    float eps, bool unit_offset, cudaStream_t stream) {
+  const bool vec = dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(w) &&
+                   detail::aligned16(out);
+  return launch_norm(RmsNormOp{x, w, out, eps, unit_offset}, rows, dim, vec, stream);
+}
+
+cudaError_t l2norm(bf16* x, int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+  const bool vec = dim % 8 == 0 && detail::aligned16(x);
+  return launch_norm(L2NormOp{x, eps}, rows, dim, vec, stream);
+}
+
+cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out, int64_t rows,
+                          int64_t dim, float eps, cudaStream_t stream) {
+  const bool vec = dim % 8 == 0 && detail::aligned16(o) && detail::aligned16(z) &&
+                   detail::aligned16(w) && detail::aligned16(out);
+  return launch_norm(GatedRmsNormOp{o, z, w, out, eps}, rows, dim, vec, stream);
+}
+
+}  // namespace flide::kernels
