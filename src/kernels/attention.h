@@ -34,13 +34,20 @@ size_t attention_plan_bytes(int64_t R, int32_t n_nodes);
 
 // Writes the plan for query rows (q_rows ? q_rows[r] : r), r < R (host arrays), into `plan`
 // (attention_plan_bytes(R, n_nodes) bytes of host memory); returns the bytes used and sets
-// *n_tiles to the number of work tiles (the launch's grid depends on it).
+// *n_tiles to the number of work tiles (the launch's grid depends on it). Returns 0 (and
+// *n_tiles = 0) on inconsistent input: a row or node out of range, a row outside its node's span,
+// a parent cycle. Tiles never exceed ceil(R / 64) + n_nodes. Plan layout: attention.cu.
 size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t R, void* plan,
                             int32_t* n_tiles);
 
 // q/out [R, heads_q * hd]: row r is stream row (q_rows ? q_rows[r] : r), q_rows on the device;
 // k/v [T, heads_kv * hd]. plan: the device copy of build_attention_plan's output for the same
-// rows. head_dim: 16, 24, 32, 64, 128 or 256.
+// rows. head_dim: 16, 24, 32, 64, 128 or 256. q, k, v, out 16-byte aligned.
+// The plan carries each row's stream row, so q_rows is not read on the device. The ancestors'
+// spans come from meta.path_begin / path_nodes / node_offset / node_length, which must describe
+// the tree the plan was built from. n_tiles may be any upper bound of the plan's tile count (e.g.
+// ceil(R / 64) + n_nodes for a fixed launch shape under graph capture): CTAs past the plan's
+// count return at once. A row's result depends only on its own path (see attention.cu).
 cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, __nv_bfloat16* out, const int32_t* q_rows,
                            int64_t R, const TreeMeta& meta, const void* plan, int32_t n_tiles,

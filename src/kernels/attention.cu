@@ -1,0 +1,619 @@
+// ForkAttention (attention.h): the host planner and the tensor-core kernel.
+//
+// Work split. The planner groups query rows by the set of their ancestors: rows whose node has
+// parent p form one group (all questions of a trunk, all continuations of a question, in any
+// order of r), and the rows of a root node form a group of their own. A group is cut into tiles
+// of at most kTileRows rows, sorted by stream row. Every row of a tile sees the same ancestor
+// K/V, so the tile reads it once as one dense block (no mask: ancestors precede in position),
+// then walks each own node of its rows causally: key j is visible to row i of node n iff
+// offset(n) <= j <= stream_row(i). Both parts run through one online softmax, so "merging by
+// log-sum-exp" is the running-max rescale itself; no partial results leave the CTA.
+//
+// CTA mapping (GQA packing). One CTA of kWarps warps serves kM = 16 * kWarps packed query rows
+// of one tile and one kv head: packed row m0 + m (chunk * kM + m) is tile row (m0 + m) / group,
+// query head kvh * group + (m0 + m) % group, group = heads_q / heads_kv. A tile of 64 rows with
+// group 4 is 256 packed rows, two CTAs. Query heads that share a kv head read each staged K/V
+// block once, and a tile with few rows (the last layer: one row per question) still fills the
+// MMA rows with its group's heads. kM = 128 halves L2->smem traffic against kM = 64: at hd 256
+// a 64-row CTA would need ~7 TB/s of L2 at full mma rate. Grid: n_tiles * heads_kv * n_chunks,
+// tile outermost, so the CTAs of a tile (which read the same K/V) run together, and the planner
+// orders tiles by estimated work, heaviest first (longest-processing-time first).
+//
+// Per CTA: Q [kM, hd] stays in shared memory; K and V blocks of kN = 64 keys are staged by
+// cp.async (zero-filled past a range's end) in two stages: block b + 1 (K and V) loads while
+// block b computes S = Q K^T, the softmax and O += P V, with two barriers per block. Each
+// warp owns 16 packed rows; S and O live in mma.sync m16n8k16 (bf16 in, fp32 accumulate)
+// fragments, operands come from shared memory by ldmatrix (.trans for V). Shared rows are
+// padded by 16 bytes, so ldmatrix's 8 row addresses hit 8 distinct bank quads. Head dims that
+// are not a multiple of 16 (24) are zero-padded in shared memory to the next one.
+// hd 256: 8 warps, ~200 KB smem, 1 CTA/SM (hd 128 too, by registers); hd <= 64: 2 CTAs/SM.
+//
+// Numerics: scores s * scale * log2(e) in fp32, exp2; the running max starts at a finite
+// sentinel (-1e30) and masked scores are -inf, so exp2(masked - max) is exactly 0, the rescale
+// factor exp2(m_old - m_new) never sees inf - inf, and no row can produce NaN (every real row
+// sees itself; unused packed rows are never stored). O is divided by the fp32 row sum at the end
+// and rounded to bf16 once. P is rounded to bf16 for the PV product (the row sum stays fp32).
+//
+// Reduction order (batch invariance). A row visits the key ranges of its path in a fixed order:
+// each ancestor span root first, then its own node, each cut into 64-key blocks starting at the
+// span's first row. Blocks of other rows' nodes that its CTA also walks are fully masked for it,
+// and a fully masked block leaves its state unchanged (max unchanged, p = 0 exactly). So a row's
+// bits depend only on its own path's K/V and span lengths: not on the tiling, on the other rows
+// of its tile, on other requests, or on stream offsets (up to fp32 denormals flushed by a x1
+// rescale, --use_fast_math). They do depend on kN, kWarps and the head-dim instantiation.
+//
+// Plan blob (int32 words, host-built, copied to the device verbatim):
+//   header [kHeaderWords]:  magic, n_tiles, n_rows (R), rows_word (word offset of the rows)
+//   tiles  [n_tiles][kTileWords]: row_begin (index into rows), n_rows (1..kTileRows),
+//                                 parent (node whose path root..parent is the dense part; -1:
+//                                 none), cost (planner's work estimate in keys; unused on device)
+//   rows   [R][kRowWords]:     r (row of q / out), stream row, offset of the row's node, node
+// A tile's rows are rows[row_begin .. row_begin + n_rows), sorted by stream row. Ancestor spans
+// come from meta.path_begin / path_nodes / node_offset / node_length of the parent, so the plan
+// stays O(R + n_nodes); q_rows is not read on the device (the plan holds the stream rows).
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "kernels/attention.h"
+
+namespace flide::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kTileRows = 64;  // query rows per planner tile
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kM = 16 * kWarps;  // packed (row, head) query rows per CTA
+constexpr int kN = 64;           // keys per staged K/V block
+
+constexpr int32_t kPlanMagic = 0x46415431;  // "FAT1"
+constexpr int kHeaderWords = 4;
+constexpr int kTileWords = 4;
+constexpr int kRowWords = 4;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kMaxInit = -1e30f;  // finite start of the running max
+
+template <int HD>
+struct Shape {
+  static constexpr int kPadded = (HD + 15) / 16 * 16;   // MMA k / n extent
+  static constexpr int kStride = kPadded + 8;           // smem row, elements (+16 bytes)
+  static constexpr int kChunks = HD / 8;                // 16-byte chunks per global row
+  static constexpr int kStageElems = 2 * kN * kStride;  // one stage: K then V
+  static constexpr size_t kSmemBytes =
+      (size_t(kM) * kStride + 2 * size_t(kStageElems)) * sizeof(bf16) + 4 * kM * sizeof(int);
+  static_assert(HD % 8 == 0, "rows are moved in 16-byte chunks");
+};
+
+struct Params {
+  const bf16* q;  // [R, heads_q * hd]
+  const bf16* k;  // [T, heads_kv * hd]
+  const bf16* v;  // [T, heads_kv * hd]
+  bf16* out;      // [R, heads_q * hd]
+  const int32_t* plan;
+  const int32_t* path_begin;   // [N + 1]
+  const int32_t* path_nodes;   // root first
+  const int32_t* node_offset;  // [N]
+  const int32_t* node_length;  // [N]
+  int heads_q;
+  int heads_kv;
+  int group;     // heads_q / heads_kv
+  int n_chunks;  // CTAs per (tile, kv head)
+  float scale_log2;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits for all but the newest committed group of this thread.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c[16x8] += a[16x16] * b[16x8]; fragments as in the PTX ISA (m16n8k16, .row.col).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// Stages keys [kb, ke) (ke - kb <= kN) of kv head kvh into stage [K, V][kN][kStride]; rows past
+// ke are zeros, so P (0 there) times V stays finite.
+template <int HD>
+__device__ __forceinline__ void load_stage(bf16* stage, const Params& p, int kvh, int kb, int ke,
+                                           int tid) {
+  using S = Shape<HD>;
+  for (int idx = tid; idx < kN * S::kChunks; idx += kThreads) {
+    const int row = idx / S::kChunks, c = idx % S::kChunks;
+    const int j = kb + row;
+    const bool ok = j < ke;
+    const int64_t off = int64_t(ok ? j : kb) * p.heads_kv * HD + kvh * HD + c * 8;
+    const uint32_t dst = smem_u32(stage + row * S::kStride + c * 8);
+    cp_async16(dst, p.k + off, ok ? 16 : 0);
+    cp_async16(dst + kN * S::kStride * sizeof(bf16), p.v + off, ok ? 16 : 0);
+  }
+}
+
+// Walks a CTA's key blocks: the parent's path root first (dense), then every own node of the
+// CTA's rows in increasing offset (causal), each range cut into kN-key blocks from its start.
+// All threads run it identically (CTA-uniform).
+struct Cursor {
+  int pos = 0, end = 0;             // rest of the current range [pos, end)
+  int path_next = 0, path_end = 0;  // ancestors still to walk: path_nodes[next .. end)
+  int own_lo = INT_MIN;             // offset of the own node being walked
+  bool own = false;
+};
+
+__host__ __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, const int* s_lo,
+                                                    const int* s_hi, int& kb, int& ke, bool& own) {
+  while (c.pos >= c.end) {
+    if (!c.own && c.path_next < c.path_end) {
+      const int a = p.path_nodes[c.path_next++];
+      c.pos = p.node_offset[a];
+      c.end = c.pos + p.node_length[a];
+      continue;
+    }
+    c.own = true;
+    // The next own node: the smallest row offset above the last one walked. Its range ends
+    // after the CTA's last row in it; unused packed rows carry lo = INT_MAX.
+    int lo = INT_MAX;
+    for (int m = 0; m < kM; ++m) {
+      const int x = s_lo[m];
+      if (x > c.own_lo && x < lo) lo = x;
+    }
+    if (lo == INT_MAX) return false;
+    int end = lo;
+    for (int m = 0; m < kM; ++m)
+      if (s_lo[m] == lo && s_hi[m] + 1 > end) end = s_hi[m] + 1;
+    c.own_lo = lo;
+    c.pos = lo;
+    c.end = end;
+  }
+  kb = c.pos;
+  ke = c.end - c.pos < kN ? c.end : c.pos + kN;
+  own = c.own;
+  c.pos = ke;
+  return true;
+}
+
+template <int HD, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(const Params p) {
+  using S = Shape<HD>;
+  constexpr int kDimTiles = S::kPadded / 8;  // n-tiles of O
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);                      // [kM][kStride]
+  bf16* sKV = sQ + kM * S::kStride;                              // [2 stages][K, V][kN][kStride]
+  int* s_lo = reinterpret_cast<int*>(sKV + 2 * S::kStageElems);  // [kM] own node offset
+  int* s_hi = s_lo + kM;                                         // [kM] stream row
+  int* s_r = s_hi + kM;                                          // [kM] q / out row, -1: unused
+  int* s_qh = s_r + kM;                                          // [kM] query head
+
+  int b = int(blockIdx.x);
+  const int chunk = b % p.n_chunks;
+  b /= p.n_chunks;
+  const int kvh = b % p.heads_kv;
+  const int tile = b / p.heads_kv;
+  if (tile >= p.plan[1]) return;  // the caller may launch for an upper bound of tiles
+  const int32_t* td = p.plan + kHeaderWords + int64_t(tile) * kTileWords;
+  const int row_begin = td[0], n_rows = td[1], parent = td[2];
+  const int n_packed = n_rows * p.group;
+  const int m0 = chunk * kM;
+  if (m0 >= n_packed) return;
+  const int32_t* rows = p.plan + p.plan[3];
+
+  const int tid = int(threadIdx.x);
+  static_assert(kThreads >= kM, "one thread per packed row");
+  if (tid < kM) {
+    const int pr = m0 + tid;
+    if (pr < n_packed) {
+      const int32_t* rd = rows + int64_t(row_begin + pr / p.group) * kRowWords;
+      s_r[tid] = rd[0];
+      s_hi[tid] = rd[1];
+      s_lo[tid] = rd[2];
+      s_qh[tid] = kvh * p.group + pr % p.group;
+    } else {
+      s_r[tid] = -1;
+      s_hi[tid] = -1;
+      s_lo[tid] = INT_MAX;
+      s_qh[tid] = 0;
+    }
+  }
+  if constexpr (S::kPadded != HD) {  // zero the padded columns of Q and both K/V stages once
+    constexpr int kPadCols = S::kPadded - HD;
+    for (int idx = tid; idx < (kM + 4 * kN) * kPadCols; idx += kThreads)
+      sQ[(idx / kPadCols) * S::kStride + HD + idx % kPadCols] = __float2bfloat16_rn(0.f);
+  }
+  __syncthreads();
+
+  const int64_t q_stride = int64_t(p.heads_q) * HD;
+  for (int idx = tid; idx < kM * S::kChunks; idx += kThreads) {
+    const int m = idx / S::kChunks, c = idx % S::kChunks;
+    const int r = s_r[m];
+    const bf16* src = r >= 0 ? p.q + int64_t(r) * q_stride + int64_t(s_qh[m]) * HD + c * 8 : p.q;
+    cp_async16(smem_u32(sQ + m * S::kStride + c * 8), src, r >= 0 ? 16 : 0);
+  }
+  Cursor cur;
+  if (parent >= 0) {
+    cur.path_next = p.path_begin[parent];
+    cur.path_end = p.path_begin[parent + 1];
+  }
+  int kb = 0, ke = 0;
+  bool own = false;
+  bool have = next_block(cur, p, s_lo, s_hi, kb, ke, own);
+  if (have) load_stage<HD>(sKV, p, kvh, kb, ke, tid);
+  cp_async_commit();  // Q and stage 0
+
+  const int warp = tid / 32, lane = tid % 32;
+  const int quad_t = lane & 3;
+  const int row0 = warp * 16 + (lane >> 2), row1 = row0 + 8;  // the thread's two fragment rows
+  const int lo0 = s_lo[row0], hi0 = s_hi[row0], lo1 = s_lo[row1], hi1 = s_hi[row1];
+  // ldmatrix row addresses: A (Q) rows lane & 15, k-half lane >> 4; B (K) key
+  // (lane >> 4) * 8 + (lane & 7), k-half (lane >> 3) & 1; B (V, transposed) key lane & 15,
+  // dim-half lane >> 4.
+  const uint32_t q_addr = smem_u32(sQ + (warp * 16 + (lane & 15)) * S::kStride + (lane >> 4) * 8);
+  const uint32_t k_addr0 =
+      smem_u32(sKV + ((lane >> 4) * 8 + (lane & 7)) * S::kStride + ((lane >> 3) & 1) * 8);
+  const uint32_t v_addr0 = smem_u32(sKV + (kN + (lane & 15)) * S::kStride + (lane >> 4) * 8);
+  constexpr uint32_t kStageBytes = S::kStageElems * sizeof(bf16);
+
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int dn = 0; dn < kDimTiles; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
+  float m_run0 = kMaxInit, m_run1 = kMaxInit, l_run0 = 0.f, l_run1 = 0.f;
+
+  // Two K/V stages: block b computes from stage b & 1 while block b + 1 loads into the other.
+  int stage = 0;
+  while (have) {
+    __syncthreads();  // every warp is done with the other stage (block b - 1)
+    int nkb = 0, nke = 0;
+    bool nown = false;
+    const bool have_next = next_block(cur, p, s_lo, s_hi, nkb, nke, nown);
+    if (have_next) load_stage<HD>(sKV + (stage ^ 1) * S::kStageElems, p, kvh, nkb, nke, tid);
+    cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
+    cp_async_wait_all_but_newest();
+    __syncthreads();  // block b's K and V (and Q) have landed for every thread
+    const uint32_t k_addr = k_addr0 + stage * kStageBytes;
+    const uint32_t v_addr = v_addr0 + stage * kStageBytes;
+
+    // S = Q K^T, 16 rows x 64 keys per warp
+    float s[kN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < S::kPadded / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, q_addr + ks * 16 * int(sizeof(bf16)));
+#pragma unroll
+      for (int np = 0; np < kN / 16; ++np) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, k_addr + (np * 16 * S::kStride + ks * 16) * int(sizeof(bf16)));
+        mma_bf16(s[2 * np], a, bk[0], bk[1]);
+        mma_bf16(s[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // Scale to log2 units and mask. Element e of n-tile nt: key kb + 8 nt + 2 quad_t + (e & 1),
+    // row row0 (e < 2) or row1.
+    if (!own && ke - kb == kN) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = kb + nt * 8 + 2 * quad_t + (e & 1);
+          const int lo = own ? (e < 2 ? lo0 : lo1) : INT_MIN;
+          const int hi = own ? (e < 2 ? hi0 : hi1) : INT_MAX;
+          const bool visible = j < ke && j >= lo && j <= hi;
+          s[nt][e] = visible ? s[nt][e] * p.scale_log2 : -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax; a row's four threads (one quad) hold its 64 scores.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    const float mn0 = fmaxf(m_run0, mx0), mn1 = fmaxf(m_run1, mx1);  // finite
+    const float alpha0 = mn0 == m_run0 ? 1.f : exp2f(m_run0 - mn0);
+    const float alpha1 = mn1 == m_run1 ? 1.f : exp2f(m_run1 - mn1);
+    m_run0 = mn0;
+    m_run1 = mn1;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+      s[nt][0] = exp2f(s[nt][0] - mn0);
+      s[nt][1] = exp2f(s[nt][1] - mn0);
+      s[nt][2] = exp2f(s[nt][2] - mn1);
+      s[nt][3] = exp2f(s[nt][3] - mn1);
+      sum0 += s[nt][0] + s[nt][1];
+      sum1 += s[nt][2] + s[nt][3];
+    }
+    l_run0 = l_run0 * alpha0 + sum0;
+    l_run1 = l_run1 * alpha1 + sum1;
+    if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {
+#pragma unroll
+      for (int dn = 0; dn < kDimTiles; ++dn) {
+        o[dn][0] *= alpha0;
+        o[dn][1] *= alpha0;
+        o[dn][2] *= alpha1;
+        o[dn][3] *= alpha1;
+      }
+    }
+
+    // O += P V; P's C fragments of n-tiles (2 ks, 2 ks + 1) are the A fragment of k-step ks.
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks) {
+      const uint32_t a[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]),
+                             pack_bf16(s[2 * ks][2], s[2 * ks][3]),
+                             pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                             pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < S::kPadded / 16; ++dp) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, v_addr + (ks * 16 * S::kStride + dp * 16) * int(sizeof(bf16)));
+        mma_bf16(o[2 * dp], a, bv[0], bv[1]);
+        mma_bf16(o[2 * dp + 1], a, bv[2], bv[3]);
+      }
+    }
+    stage ^= 1;
+    kb = nkb;
+    ke = nke;
+    own = nown;
+    have = have_next;
+  }
+
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l_run0 += __shfl_xor_sync(0xffffffffu, l_run0, off);
+    l_run1 += __shfl_xor_sync(0xffffffffu, l_run1, off);
+  }
+  const float inv0 = l_run0 > 0.f ? 1.f / l_run0 : 0.f;
+  const float inv1 = l_run1 > 0.f ? 1.f / l_run1 : 0.f;
+  const int r0 = s_r[row0], r1 = s_r[row1];
+  if (r0 >= 0) {
+    bf16* dst = p.out + int64_t(r0) * q_stride + int64_t(s_qh[row0]) * HD + 2 * quad_t;
+#pragma unroll
+    for (int dn = 0; dn < kDimTiles; ++dn)
+      if (dn * 8 < HD)
+        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
+            __floats2bfloat162_rn(o[dn][0] * inv0, o[dn][1] * inv0);
+  }
+  if (r1 >= 0) {
+    bf16* dst = p.out + int64_t(r1) * q_stride + int64_t(s_qh[row1]) * HD + 2 * quad_t;
+#pragma unroll
+    for (int dn = 0; dn < kDimTiles; ++dn)
+      if (dn * 8 < HD)
+        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
+            __floats2bfloat162_rn(o[dn][2] * inv1, o[dn][3] * inv1);
+  }
+}
+
+template <int HD>
+cudaError_t launch(const Params& p, unsigned grid, cudaStream_t stream) {
+  // hd >= 128 needs more than 128 registers a thread (O alone is hd / 2 floats): 1 CTA/SM.
+  constexpr int kMinBlocks = HD >= 128 ? 1 : 2;
+  constexpr size_t smem = Shape<HD>::kSmemBytes;
+  auto* kernel = tree_attention_kernel<HD, kMinBlocks>;
+  // Once per instantiation (not an allocation; allowed before and during graph capture).
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (attr != cudaSuccess) return attr;
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t attention_plan_bytes(int64_t R, int32_t n_nodes) {
+  const int64_t rows = std::max<int64_t>(R, 0);
+  // Tiles per group <= rows / kTileRows + 1, and groups <= n_nodes (a root's own group maps to
+  // the root, a children's group to one of its children).
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows + std::max<int32_t>(n_nodes, 0);
+  return sizeof(int32_t) * size_t(kHeaderWords + kTileWords * tiles + kRowWords * rows);
+}
+
+size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t R, void* plan,
+                            int32_t* n_tiles) {
+  if (n_tiles) *n_tiles = 0;
+  const int32_t N = tree.n_nodes, T = tree.n_tokens;
+  if (!plan || !n_tiles || R < 0 || R > INT32_MAX / 2 || N < 0 || T < 0) return 0;
+
+  // Keys on the path root..n of every node (the dense part of a tile whose parent is n).
+  std::vector<int64_t> path_keys(static_cast<size_t>(N), -1);
+  std::vector<int32_t> chain;
+  for (int32_t n0 = 0; n0 < N; ++n0) {
+    chain.clear();
+    int32_t n = n0;
+    while (n >= 0 && path_keys[size_t(n)] < 0) {
+      if (int64_t(chain.size()) >= N) return 0;  // a cycle
+      chain.push_back(n);
+      n = tree.node_parent[n];
+      if (n < -1 || n >= N) return 0;
+    }
+    int64_t keys = n >= 0 ? path_keys[size_t(n)] : 0;
+    for (size_t i = chain.size(); i-- > 0;) {
+      keys += tree.node_length[chain[i]];
+      path_keys[size_t(chain[i])] = keys;
+    }
+  }
+
+  struct Entry {
+    int64_t group;  // parent node, or N + node for a root's own rows
+    int32_t row;    // stream row
+    int32_t r;      // q / out row
+    int32_t lo;     // offset of the row's node
+    int32_t node;
+  };
+  std::vector<Entry> entries(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t row = q_rows ? q_rows[r] : int32_t(r);
+    if (row < 0 || row >= T) return 0;
+    const int32_t node = tree.token_node[row];
+    if (node < 0 || node >= N) return 0;
+    const int32_t lo = tree.node_offset[node];
+    if (row < lo || row >= lo + tree.node_length[node]) return 0;
+    const int32_t parent = tree.node_parent[node];
+    entries[size_t(r)] = {parent >= 0 ? int64_t(parent) : int64_t(N) + node, row, int32_t(r), lo,
+                          node};
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.group != b.group) return a.group < b.group;
+    if (a.row != b.row) return a.row < b.row;
+    return a.r < b.r;
+  });
+
+  struct Tile {
+    int32_t row_begin, n_rows, parent;
+    int64_t cost;
+  };
+  std::vector<Tile> tiles;
+  for (int64_t gb = 0; gb < R;) {
+    int64_t ge = gb;
+    while (ge < R && entries[size_t(ge)].group == entries[size_t(gb)].group) ++ge;
+    const int64_t n = ge - gb;
+    const int64_t nt = (n + kTileRows - 1) / kTileRows;  // balanced sizes, each <= kTileRows
+    const int64_t group = entries[size_t(gb)].group;
+    const int32_t parent = group < N ? int32_t(group) : -1;
+    int64_t begin = gb;
+    for (int64_t i = 0; i < nt; ++i) {
+      const int64_t size = n / nt + (i < n % nt ? 1 : 0);
+      // Work estimate in keys: the dense part plus each own node up to its last row here.
+      int64_t cost = parent >= 0 ? path_keys[size_t(parent)] : 0;
+      for (int64_t e = begin; e < begin + size; ++e) {
+        const Entry& x = entries[size_t(e)];
+        if (e + 1 == begin + size || entries[size_t(e + 1)].node != x.node)
+          cost += x.row - x.lo + 1;
+      }
+      tiles.push_back({int32_t(begin), int32_t(size), parent, cost});
+      begin += size;
+    }
+    gb = ge;
+  }
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Tile& a, const Tile& b) { return a.cost > b.cost; });
+
+  int32_t* w = static_cast<int32_t*>(plan);
+  const int64_t rows_word = kHeaderWords + kTileWords * int64_t(tiles.size());
+  w[0] = kPlanMagic;
+  w[1] = int32_t(tiles.size());
+  w[2] = int32_t(R);
+  w[3] = int32_t(rows_word);
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    int32_t* t = w + kHeaderWords + kTileWords * int64_t(i);
+    t[0] = tiles[i].row_begin;
+    t[1] = tiles[i].n_rows;
+    t[2] = tiles[i].parent;
+    t[3] = int32_t(std::min<int64_t>(tiles[i].cost, INT32_MAX));
+  }
+  for (int64_t i = 0; i < R; ++i) {
+    int32_t* x = w + rows_word + kRowWords * i;
+    const Entry& e = entries[size_t(i)];
+    x[0] = e.r;
+    x[1] = e.row;
+    x[2] = e.lo;
+    x[3] = e.node;
+  }
+  *n_tiles = int32_t(tiles.size());
+  return sizeof(int32_t) * size_t(rows_word + kRowWords * R);
+}
+
+cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                           __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
+                           const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
+                           int heads_kv, int head_dim, float scale, cudaStream_t stream) {
+  (void)q_rows;  // the plan carries each row's stream row
+  if (R == 0) return cudaSuccess;
+  if (R < 0 || n_tiles <= 0 || heads_kv <= 0 || heads_q <= 0 || heads_q % heads_kv != 0)
+    return cudaErrorInvalidValue;
+  if (!q || !k || !v || !out || !plan || !meta.path_begin || !meta.path_nodes ||
+      !meta.node_offset || !meta.node_length)
+    return cudaErrorInvalidValue;
+  // cp.async moves 16-byte chunks; rows are multiples of 16 bytes for every supported hd.
+  if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
+       reinterpret_cast<uintptr_t>(v) | reinterpret_cast<uintptr_t>(out)) %
+          16 !=
+      0)
+    return cudaErrorMisalignedAddress;
+  const int group = heads_q / heads_kv;
+  const int n_chunks = (kTileRows * group + kM - 1) / kM;
+  const int64_t grid = int64_t(n_tiles) * heads_kv * n_chunks;
+  if (grid > INT32_MAX) return cudaErrorInvalidValue;
+  Params p{q,
+           k,
+           v,
+           out,
+           static_cast<const int32_t*>(plan),
+           meta.path_begin,
+           meta.path_nodes,
+           meta.node_offset,
+           meta.node_length,
+           heads_q,
+           heads_kv,
+           group,
+           n_chunks,
+           scale * kLog2e};
+  const unsigned g = unsigned(grid);
+  switch (head_dim) {
+    case 16:
+      return launch<16>(p, g, stream);
+    case 24:
+      return launch<24>(p, g, stream);
+    case 32:
+      return launch<32>(p, g, stream);
+    case 64:
+      return launch<64>(p, g, stream);
+    case 128:
+      return launch<128>(p, g, stream);
+    case 256:
+      return launch<256>(p, g, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace flide::kernels
