@@ -1,9 +1,27 @@
 // Gated DeltaNet over one tree level: the causal depthwise conv (+ SiLU) with window slots, and
 // the chunked delta rule (chunk 64) with fp32 state slots. Each node of the level starts from its
 // slot_in (zeros without one) and, when it has children, writes slot_out. Node ranges come from
-// meta.level_begin on the device; launches are sized by meta.max_level_nodes.
+// meta.level_begin on the device; launch shapes depend only on meta's sizes (n_tokens,
+// max_level_nodes) and the device's SM count, so a call can be graph-captured.
+//
+// gdn_chunked runs three kernels on `stream` (spec qwen3_5.md §4.1, fla's decomposition):
+//   plan    one block lists the level's chunks (node, first row); chunks start at each node's
+//           first row and the last one of a node may be short, exactly as the CPU reference;
+//   prepare one block per (chunk, value head), all in parallel: in-chunk cumulative gamma,
+//           T = (I + A)^-1 (A = strictly lower beta_i (k_i.k_j) exp(gamma_i - gamma_j)),
+//           W = T (beta exp(gamma) K), U = T (beta V), P = (q_i.k_j) Dk^-1/2 exp(gamma_i -
+//           gamma_j) (j <= i), stored in fp32 to the workspace;
+//   main    one block per (node, value head, 32 value columns): walks the node's chunks in
+//           order with its slice of the state in registers: v_new = U - W S,
+//           o = Dk^-1/2 exp(gamma) (q S) + P v_new, S = exp(gamma_last) S +
+//           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T.
+// Products run on tensor cores as tf32 (mma.sync m16n8k8) with fp32 accumulation: q and k are
+// bf16, hence exact in tf32; W, U, P, the state and v_new are rounded to tf32 (2^-11) as
+// operands only, the state itself accumulates in fp32. No atomics: results are deterministic
+// and do not depend on which other nodes share the level.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -14,18 +32,30 @@
 namespace flide::kernels {
 
 // x, out [T, C] bf16 (pre-conv qkv, post conv+SiLU); w [C, K] bf16; window [slots, (K-1)*C]
-// bf16, oldest input first. out must not alias x.
+// bf16, oldest input first. out must not alias x. K <= 8. A node may read and write the same
+// window slot. Any alignment works; 8-byte aligned pointers with C % 4 == 0 are fastest.
 cudaError_t causal_conv_silu(const __nv_bfloat16* x, const __nv_bfloat16* w,
                              __nv_bfloat16* window, __nv_bfloat16* out, int64_t C, int K,
                              int level, const TreeMeta& meta, cudaStream_t stream);
 
+// Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
+// meta.n_tokens it is called with): fp32 W [Hv][T][Dk], U [Hv][T][Dv], P [Hv][T][64],
+// gamma [Hv][T] and the chunk list, i.e. about 4 * Hv * T * (Dk + Dv + 65) bytes (129 MB for
+// Hv = 16, Dk = Dv = 128, T = 6260). Nothing in it outlives a call, so every GDN layer (and
+// every level) can share one buffer as long as the calls are ordered on one stream.
+size_t gdn_workspace_bytes(int64_t T, int heads_v, int dim_k, int dim_v);
+
 // q, k [T, Hk*Dk] bf16 (L2-normed; q is scaled by Dk^-1/2 inside), v [T, Hv*Dv] bf16,
 // g, beta [T, Hv] fp32, state [slots, Hv*Dk*Dv] fp32 (per head S[Dk][Dv]), out [T, Hv*Dv] bf16.
+// workspace: gdn_workspace_bytes(T, heads_v, dim_k, dim_v) bytes, 256-byte aligned.
 // Value head j reads key head j / (Hv / Hk). Math: spec qwen3_5.md §4.1, identical to the CPU
-// reference's chunked form up to fp32/bf16 rounding.
+// reference's chunked form up to fp32/tf32/bf16 rounding. Dk and Dv each in {8, 12, 16, 24} or
+// both 128 (else cudaErrorInvalidValue); q, k, v 16-byte aligned (8 when the head dim is not a
+// multiple of 8) and out 4-byte aligned (else cudaErrorMisalignedAddress). A node may read and
+// write the same state slot.
 cudaError_t gdn_chunked(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         const float* g, const float* beta, float* state, __nv_bfloat16* out,
-                        int heads_k, int heads_v, int dim_k, int dim_v, int level,
-                        const TreeMeta& meta, cudaStream_t stream);
+                        void* workspace, int heads_k, int heads_v, int dim_k, int dim_v,
+                        int level, const TreeMeta& meta, cudaStream_t stream);
 
 }  // namespace flide::kernels
