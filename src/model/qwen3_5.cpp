@@ -1,6 +1,7 @@
-// Qwen3.5 dense text model: weight binding and the forward pass over a flat stream of
-// decision trees, top to bottom. The math follows HF transformers' modeling_qwen3_5 (spec
-// shared/specs/qwen3_5.md); the tree structure lives in the Stream, which ops read:
+// Qwen3.5 dense text model: weight binding (from a WeightSource: a checkpoint or random
+// weights) and the forward pass over a flat stream of decision trees, top to bottom. The math
+// follows HF transformers' modeling_qwen3_5 (spec shared/specs/qwen3_5.md); the tree structure
+// lives in the Stream, which ops read:
 //   - attention: each query sees its ancestors' rows and its own node's earlier rows;
 //   - Gated DeltaNet: conv and delta rule run one tree level at a time, each node starting
 //     from its parent's state slot and writing its own when it has children;
@@ -10,12 +11,13 @@
 #include "model/qwen3_5.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "core/safetensors.h"
 #include "model/config.h"
+#include "model/weight_source.h"
 
 namespace flide {
 
@@ -55,39 +57,47 @@ struct LayerWeights {
 
 // The checkpoint's tensor-name prefix of the text model: multimodal exports use
 // "model.language_model.", text-only ones "model.", some converters "language_model.model.".
-std::string text_prefix(const SafetensorsStore& store) {
+std::string text_prefix(const WeightSource& weights) {
   for (const char* prefix : {"model.language_model.", "model.", "language_model.model."})
-    if (store.has(std::string(prefix) + "embed_tokens.weight")) return prefix;
+    if (weights.has(std::string(prefix) + "embed_tokens.weight")) return prefix;
   throw Error("no embed_tokens.weight under model.language_model., model. or language_model.model.");
 }
 
+// Reads each tensor into one reused host buffer (no fresh pages per tensor: the 9B embedding
+// alone is 1e9 floats) and uploads it, converted to the backend's compute type.
 class Binder {
  public:
-  Binder(const SafetensorsStore& store, Ops& ops) : store_(store), ops_(ops) {}
+  Binder(const WeightSource& weights, Ops& ops) : weights_(weights), ops_(ops) {}
 
   View bind(const std::string& name, std::vector<int64_t> shape) {
-    std::vector<float> host = store_.read_f32(name, shape);
-    int64_t rows = shape.size() == 1 ? 1 : shape[0];
-    View view = ops_.alloc(rows, int64_t(host.size()) / rows);
-    ops_.upload(view, host.data());
-    n_params_ += int64_t(host.size());
+    const int64_t n = numel(shape);
+    if (n > capacity_) {
+      host_.reset(new float[size_t(n)]);
+      capacity_ = n;
+    }
+    weights_.read_into(name, shape, host_.get());
+    const int64_t rows = shape.size() == 1 ? 1 : shape[0];
+    View view = ops_.alloc(rows, n / rows);
+    ops_.upload(view, host_.get());
+    n_params_ += n;
     return view;
   }
   int64_t n_params() const { return n_params_; }
 
  private:
-  const SafetensorsStore& store_;
+  const WeightSource& weights_;
   Ops& ops_;
+  std::unique_ptr<float[]> host_;  // [capacity_], contents of the last tensor read
+  int64_t capacity_ = 0;
   int64_t n_params_ = 0;
 };
 
 class Qwen35Model final : public Model {
  public:
-  Qwen35Model(const std::filesystem::path& dir, Ops& ops)
-      : ops_(ops), cfg_(Qwen35Config::load(dir)) {
-    SafetensorsStore store = SafetensorsStore::open(dir);
-    const std::string p = text_prefix(store);
-    Binder b(store, ops);
+  Qwen35Model(const nlohmann::json& config, const WeightSource& weights, Ops& ops)
+      : ops_(ops), cfg_(Qwen35Config::parse(config)) {
+    const std::string p = text_prefix(weights);
+    Binder b(weights, ops);
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size;
     const int64_t Kd = cfg_.linear_num_key_heads * cfg_.linear_key_head_dim;
     const int64_t Vd = cfg_.linear_num_value_heads * cfg_.linear_value_head_dim;
@@ -98,7 +108,7 @@ class Qwen35Model final : public Model {
     embed_ = b.bind(p + "embed_tokens.weight", {V, H});
     final_norm_ = b.bind(p + "norm.weight", {H});
     // Tied or untied is decided by the tensor's presence (official 0.8B-4B omit it).
-    lm_head_ = store.has("lm_head.weight") ? b.bind("lm_head.weight", {V, H}) : embed_;
+    lm_head_ = weights.has("lm_head.weight") ? b.bind("lm_head.weight", {V, H}) : embed_;
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
       const std::string lp = p + "layers." + std::to_string(l) + ".";
       LayerWeights w;
@@ -169,6 +179,37 @@ class Qwen35Model final : public Model {
     View hn = ops_.scratch(R, H);
     ops_.rmsnorm(x, final_norm_, hn, cfg_.rms_norm_eps, true);
     return readout(s, hn);
+  }
+
+  // Mirrors forward, mlp, gated_deltanet, attention and readout: keep them in step.
+  std::vector<GemmShape> gemm_shapes(const Stream& s) const override {
+    const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size()), H = cfg_.hidden_size;
+    const int64_t I = cfg_.intermediate_size;
+    const int64_t Kd = cfg_.linear_num_key_heads * cfg_.linear_key_head_dim;
+    const int64_t Vd = cfg_.linear_num_value_heads * cfg_.linear_value_head_dim;
+    const int64_t Hv = cfg_.linear_num_value_heads, hd = cfg_.head_dim;
+    const int64_t nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
+    std::vector<GemmShape> out;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const int64_t rows = l + 1 == layers_.size() ? R : T;  // selective readout in the last
+      if (layers_[l].type == LayerType::LayerType_linear_attention) {
+        out.push_back({T, 2 * Kd + Vd, H});  // in_proj_qkv
+        out.push_back({T, Hv, H});           // in_proj_a
+        out.push_back({T, Hv, H});           // in_proj_b
+        out.push_back({rows, Vd, H});        // in_proj_z
+        out.push_back({rows, H, Vd});        // out_proj
+      } else {
+        out.push_back({rows, nh * 2 * hd, H});  // q_proj (query | gate)
+        out.push_back({T, nkv * hd, H});        // k_proj
+        out.push_back({T, nkv * hd, H});        // v_proj
+        out.push_back({rows, H, nh * hd});      // o_proj
+      }
+      out.push_back({rows, I, H});  // gate_proj
+      out.push_back({rows, I, H});  // up_proj
+      out.push_back({rows, H, I});  // down_proj
+    }
+    if (s.n_full_out > 0) out.push_back({s.n_full_out, cfg_.vocab_size, H});  // full LM head
+    return out;
   }
 
  private:
@@ -305,8 +346,9 @@ class Qwen35Model final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> load_qwen3_5(const std::filesystem::path& dir, Ops& ops) {
-  return std::make_unique<Qwen35Model>(dir, ops);
+std::unique_ptr<Model> load_qwen3_5(const nlohmann::json& config, const WeightSource& weights,
+                                    Ops& ops) {
+  return std::make_unique<Qwen35Model>(config, weights, ops);
 }
 
 }  // namespace flide

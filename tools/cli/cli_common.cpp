@@ -12,10 +12,47 @@
 
 namespace flide::cli {
 
-DType parse_dtype(const std::optional<std::string>& value) {
+namespace {
+
+DType parse_dtype(const std::optional<std::string>& value, Device device) {
+  if (device == Device::Device_cuda) {
+    if (!value || *value == "bf16") return DType::DType_bf16;
+    throw Error(cat("--dtype: unknown dtype \"", *value,
+                    "\" for --device cuda (the CUDA backend runs bf16 only)"));
+  }
   if (!value || *value == "f32") return DType::DType_f32;
   if (*value == "f64") return DType::DType_f64;
+  if (*value == "bf16")
+    throw Error("--dtype: unknown dtype \"bf16\" for --device cpu (the CPU backend runs f32 or "
+                "f64; bf16 needs --device cuda)");
   throw Error(cat("--dtype: unknown dtype \"", *value, "\" (the CPU backend runs f32 or f64)"));
+}
+
+}  // namespace
+
+BackendChoice parse_backend(const std::optional<std::string>& device,
+                            const std::optional<std::string>& dtype,
+                            const std::optional<std::string>& threads) {
+  BackendChoice backend;
+  if (!device || *device == "cpu")
+    backend.device = Device::Device_cpu;
+  else if (*device == "cuda")
+    backend.device = Device::Device_cuda;
+  else
+    throw Error(cat("--device: unknown device \"", *device, "\" (cpu or cuda)"));
+  backend.dtype = parse_dtype(dtype, backend.device);
+  backend.threads = parse_threads(threads);
+  return backend;
+}
+
+std::string_view device_name(Device device) {
+  return device == Device::Device_cuda ? "cuda" : "cpu";
+}
+
+std::string backend_description(const BackendChoice& backend) {
+  std::string out = cat(device_name(backend.device), " ", dtype_name(backend.dtype));
+  if (backend.device == Device::Device_cpu) out += cat(" (", backend.threads, " threads)");
+  return out;
 }
 
 ExecMode parse_mode(const std::optional<std::string>& value) {
@@ -38,10 +75,27 @@ std::string_view mode_name(ExecMode mode) {
   return mode == ExecMode::ExecMode_fork ? "fork" : "independent";
 }
 
-LoadedModel load_cpu_model(const std::filesystem::path& dir, DType dtype, int threads) {
+std::unique_ptr<Ops> make_backend(const BackendChoice& backend) {
+  if (backend.device == Device::Device_cpu) return make_cpu_ops(backend.dtype, backend.threads);
+  try {
+    return make_cuda_ops(0);
+  } catch (const Error& e) {
+    throw Error(cat("--device cuda: ", e.what()));
+  }
+}
+
+LoadedModel load_model_on(const std::filesystem::path& dir, const BackendChoice& backend) {
   LoadedModel loaded;
-  loaded.ops = make_cpu_ops(dtype, threads);
+  loaded.ops = make_backend(backend);
   loaded.model = load_model(dir, *loaded.ops);
+  return loaded;
+}
+
+LoadedModel load_random_model_on(const std::filesystem::path& config_file,
+                                 const BackendChoice& backend, uint64_t seed) {
+  LoadedModel loaded;
+  loaded.ops = make_backend(backend);
+  loaded.model = load_model_random(config_file, *loaded.ops, seed);
   return loaded;
 }
 

@@ -1,8 +1,9 @@
-// Pieces every flide subcommand shares: exit codes, the --dtype/--mode/--threads values, loading
-// a model onto the CPU backend, and reading whole files. Parsing here is strict: a bad value is a
+// Pieces every flide subcommand shares: exit codes, the --device/--dtype/--mode/--threads values,
+// making the backend and loading a model onto it, and reading whole files. Parsing here is strict: a bad value is a
 // flide::Error naming the flag, which main turns into `flide: error: ...` and exit code 2.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -20,17 +21,39 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailedRequests = 1;  // the command ran, but some requests were rejected
 constexpr int kExitUsage = 2;           // the command could not run (flags, model, files)
 
-DType parse_dtype(const std::optional<std::string>& value);    // "f32" (default) or "f64"
+enum class Device : uint8_t { Device_cpu, Device_cuda };
+
+// Where and in what precision a command computes: --device cpu (default) with --dtype f32
+// (default) or f64 on --threads N cores, or --device cuda (device 0) in bf16, the only dtype
+// of the CUDA backend (--dtype bf16 or absent).
+struct BackendChoice {
+  Device device = Device::Device_cpu;
+  DType dtype = DType::DType_f32;
+  int threads = 1;  // CPU only
+};
+BackendChoice parse_backend(const std::optional<std::string>& device,
+                            const std::optional<std::string>& dtype,
+                            const std::optional<std::string>& threads);
+std::string_view device_name(Device device);
+// "cpu f32 (16 threads)", "cuda bf16"
+std::string backend_description(const BackendChoice& backend);
+
 ExecMode parse_mode(const std::optional<std::string>& value);  // "fork" (default) or "independent"
 int parse_threads(const std::optional<std::string>& value);    // >= 1; default: all cores
 std::string_view mode_name(ExecMode mode);
+
+// The backend; "--device cuda: ..." errors when CUDA is not built in or no device is found.
+std::unique_ptr<Ops> make_backend(const BackendChoice& backend);
 
 // The backend owns the weights the model points into, so it is declared first (destroyed last).
 struct LoadedModel {
   std::unique_ptr<Ops> ops;
   std::unique_ptr<Model> model;
 };
-LoadedModel load_cpu_model(const std::filesystem::path& dir, DType dtype, int threads);
+LoadedModel load_model_on(const std::filesystem::path& dir, const BackendChoice& backend);
+// Random weights of a config.json's shapes (model.h load_model_random).
+LoadedModel load_random_model_on(const std::filesystem::path& config_file,
+                                 const BackendChoice& backend, uint64_t seed);
 
 std::string read_file(const std::filesystem::path& path);  // Error naming the file
 std::string read_stdin();

@@ -48,11 +48,13 @@ options:
   --model DIR         model directory (config.json, safetensors; tokenizer.json for text)
   --input FILE        the requests (JSONL)
   --output FILE       where to write the answers (default: stdout)
-  --dtype f32|f64     CPU compute type (default: f32)
+  --device cpu|cuda   where to compute (default: cpu; cuda: GPU 0)
+  --dtype f32|f64|bf16
+                      compute type: f32 (default) or f64 on cpu, bf16 (the only one) on cuda
   --mode fork|independent
                       fork: each context computed once, questions forked from it (default);
                       independent: each question run on its own (the reference)
-  --threads N         CPU threads (default: all cores)
+  --threads N         CPU threads (default: all cores; cpu only)
   --help              this text
 
 When questions carry answers, `accuracy: k/n = p% (mode, dtype)` is printed on stderr at the end.
@@ -148,6 +150,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
   const Args args = Args::parse(argv, {{"model", true},
                                        {"input", true},
                                        {"output", true},
+                                       {"device", true},
                                        {"dtype", true},
                                        {"mode", true},
                                        {"threads", true},
@@ -158,9 +161,9 @@ int cmd_decide(const std::vector<std::string>& argv) {
   }
   const std::filesystem::path model_dir = args.required("model");
   const std::string input_path = args.required("input");
-  const DType dtype = parse_dtype(args.value("dtype"));
+  const BackendChoice backend =
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const ExecMode mode = parse_mode(args.value("mode"));
-  const int threads = parse_threads(args.value("threads"));
   const std::string input = read_file(input_path);
 
   std::ofstream output_file;
@@ -171,7 +174,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
     out = &output_file;
   }
 
-  LoadedModel loaded = load_cpu_model(model_dir, dtype, threads);
+  LoadedModel loaded = load_model_on(model_dir, backend);
   std::vector<Entry> entries = parse_lines(input, loaded.model->info().vocab_size);
 
   // Only text requests need the tokenizer; a model directory without one serves token ids.
@@ -223,7 +226,8 @@ int cmd_decide(const std::vector<std::string>& argv) {
   if (tally.labelled > 0)
     std::fprintf(stderr, "accuracy: %zu/%zu = %.1f%% (%s, %s)\n", tally.correct, tally.labelled,
                  100.0 * double(tally.correct) / double(tally.labelled),
-                 std::string(mode_name(mode)).c_str(), std::string(dtype_name(dtype)).c_str());
+                 std::string(mode_name(mode)).c_str(),
+                 std::string(dtype_name(backend.dtype)).c_str());
   return failed > 0 ? kExitFailedRequests : kExitOk;
 }
 

@@ -29,8 +29,10 @@ options:
   --model DIR       model directory (config.json, safetensors)
   --ids LIST        comma-separated token ids
   --all             logits at every position, not only the last
-  --dtype f32|f64   CPU compute type (default: f32)
-  --threads N       CPU threads (default: all cores)
+  --device cpu|cuda where to compute (default: cpu; cuda: GPU 0)
+  --dtype f32|f64|bf16
+                    compute type: f32 (default) or f64 on cpu, bf16 (the only one) on cuda
+  --threads N       CPU threads (default: all cores; cpu only)
   --help            this text
 )";
 
@@ -72,20 +74,20 @@ Stream sequence_stream(const std::vector<int32_t>& ids, bool all_rows) {
 
 int cmd_logits(const std::vector<std::string>& argv) {
   const Args args = Args::parse(
-      argv, {{"model", true}, {"ids", true}, {"all", false}, {"dtype", true}, {"threads", true},
-             {"help", false}});
+      argv, {{"model", true}, {"ids", true}, {"all", false}, {"device", true}, {"dtype", true},
+             {"threads", true}, {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
     return kExitOk;
   }
   const std::string model_dir = args.required("model");
   const std::string id_list = args.required("ids");
-  const DType dtype = parse_dtype(args.value("dtype"));
-  const int threads = parse_threads(args.value("threads"));
+  const BackendChoice backend =
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const bool all_rows = args.has("all");
   const std::vector<int32_t> ids = parse_ids(id_list);
 
-  LoadedModel loaded = load_cpu_model(model_dir, dtype, threads);
+  LoadedModel loaded = load_model_on(model_dir, backend);
   const int64_t vocab_size = loaded.model->info().vocab_size;
   for (int32_t id : ids)
     if (id >= vocab_size)

@@ -9,6 +9,7 @@
 namespace flide::cli {
 
 int cmd_decide(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
 int cmd_logits(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 

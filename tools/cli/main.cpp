@@ -15,6 +15,7 @@ constexpr const char* kUsage = R"(usage: flide <command> [options]
 
 commands:
   decide     answer decision requests (a JSONL file of contexts with multiple-choice questions)
+  bench      time single requests of a workload (latency percentiles, GEMM-only floor)
   logits     full next-token logits of a token sequence
   tokenize   token ids of a text
 
@@ -28,6 +29,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"decide", flide::cli::cmd_decide},
+    {"bench", flide::cli::cmd_bench},
     {"logits", flide::cli::cmd_logits},
     {"tokenize", flide::cli::cmd_tokenize},
 };

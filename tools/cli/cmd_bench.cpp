@@ -1,0 +1,374 @@
+// `flide bench`: single-request latency of one workload (workloads.h), forked or independent,
+// on a real checkpoint or on random weights of a config's shapes, next to its GEMM-only floor:
+// the time of just the matrix products the same forward performs (Model::gemm_shapes), replayed
+// through Ops::matmul on random data. The gap between the two is what attention, Gated
+// DeltaNet, norms and launch overheads cost on top of the unavoidable GEMMs.
+//
+// Timing: every round is one Executor::run followed by Ops::synchronize, on a steady clock;
+// warm-up rounds first (allocation, caches, lazy initialisation), then --reps timed rounds,
+// summarised by median and p10/p90 (linear interpolation between order statistics).
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "core/error.h"
+#include "model/random_weights.h"
+#include "workloads.h"
+
+namespace flide::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage = R"(usage: flide bench (--model DIR | --config CONFIG.json) --workload W [options]
+
+Times single decision requests and prints tokens computed, the median, p10 and p90 latency,
+and the GEMM-only floor: the time of just the matrix products that forward performs.
+
+workloads (synthetic: random token ids, fixed shapes; labels read at each question's end):
+  race_all      trunk 450 + 4 questions x 50 tokens, 4 labels
+  race_one      trunk 450 + 1 question x 50 tokens, 4 labels
+  quality_all   trunk 5000 + 18 questions x 70 tokens, 4 labels
+  quality_one   trunk 5000 + 1 question x 70 tokens, 4 labels
+  multirc_all   trunk 330 + 58 questions x 35 tokens, 2 labels
+  FILE.jsonl    the file's first request (`flide decide` input: text through the decision
+                template with --model's tokenizer, or token ids)
+
+options:
+  --model DIR         model directory (config.json, safetensors; tokenizer.json for text)
+  --config FILE       a config.json: random weights of its shapes (e.g.
+                      ../shared/configs/qwen3_5_9b.json); every size without downloading it
+  --workload W        one of the above
+  --device cpu|cuda   where to compute (default: cpu; cuda: GPU 0)
+  --dtype f32|f64|bf16
+                      compute type: f32 (default) or f64 on cpu, bf16 (the only one) on cuda
+  --mode fork|independent|both
+                      fork: context once, questions forked (default); independent: each
+                      question on its own; both: one after the other, with their ratio
+  --reps N            timed rounds (default: 20)
+  --warmup N          untimed rounds first (default: 3)
+  --seed N            random weights and synthetic token ids (default: 0)
+  --threads N         CPU threads (default: all cores; cpu only)
+  --json              one JSON line instead of the table
+  --help              this text
+)";
+
+constexpr int64_t kFloorWeightBudget = int64_t(4) << 30;  // bytes of distinct GEMM weights
+
+int parse_count(const std::optional<std::string>& value, const char* flag, int fallback,
+                int minimum) {
+  if (!value) return fallback;
+  size_t used = 0;
+  long n = -1;
+  try {
+    n = std::stol(*value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value->size() || n < minimum || n > 1000000)
+    throw Error(cat("--", flag, ": \"", *value, "\" is not a count (", minimum, " to 1000000)"));
+  return int(n);
+}
+
+uint64_t parse_seed(const std::optional<std::string>& value) {
+  if (!value) return 0;
+  size_t used = 0;
+  uint64_t n = 0;
+  try {
+    n = std::stoull(*value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value->size() || value->empty() || (*value)[0] == '-')
+    throw Error(cat("--seed: \"", *value, "\" is not a non-negative integer"));
+  return n;
+}
+
+std::vector<ExecMode> parse_modes(const std::optional<std::string>& value) {
+  if (value && *value == "both") return {ExecMode::ExecMode_fork, ExecMode::ExecMode_independent};
+  try {
+    return {parse_mode(value)};
+  } catch (const Error&) {
+    throw Error(cat("--mode: unknown mode \"", *value, "\" (fork, independent or both)"));
+  }
+}
+
+struct Summary {
+  double median = 0, p10 = 0, p90 = 0;
+};
+
+// Quantile q of the samples, interpolating linearly between order statistics.
+Summary summarize(std::vector<double> ms) {
+  FLIDE_CHECK(!ms.empty());
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) {
+    const double pos = q * double(ms.size() - 1);
+    const size_t lo = size_t(pos);
+    const size_t hi = std::min(lo + 1, ms.size() - 1);
+    return ms[lo] + (pos - double(lo)) * (ms[hi] - ms[lo]);
+  };
+  return {at(0.5), at(0.1), at(0.9)};
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The model, with the GEMM shapes of the rounds it computes while `recording`.
+class GemmRecorder final : public Model {
+ public:
+  explicit GemmRecorder(Model& inner) : inner_(inner) {}
+  const ModelInfo& info() const override { return inner_.info(); }
+  ReadoutLogits forward(const Stream& stream) override {
+    if (recording) {
+      std::vector<GemmShape> round = inner_.gemm_shapes(stream);
+      shapes.insert(shapes.end(), round.begin(), round.end());
+    }
+    return inner_.forward(stream);
+  }
+  std::vector<GemmShape> gemm_shapes(const Stream& stream) const override {
+    return inner_.gemm_shapes(stream);
+  }
+
+  bool recording = false;
+  std::vector<GemmShape> shapes;
+
+ private:
+  Model& inner_;
+};
+
+struct ModeResult {
+  ExecMode mode;
+  int64_t tokens = 0;  // stream rows of one request
+  Summary latency;     // ms
+  std::vector<GemmShape> gemms;
+  Summary floor;       // ms
+  double gemm_flop = 0;
+};
+
+ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, int warmup,
+                     int reps) {
+  ModeResult result;
+  result.mode = mode;
+  GemmRecorder recorder(model);
+  Executor executor(recorder);
+  std::vector<double> ms;
+  for (int round = 0; round < warmup + reps; ++round) {
+    recorder.recording = round == 0;
+    RunStats stats;
+    ops.synchronize();
+    const Clock::time_point start = Clock::now();
+    executor.run({tree}, mode, &stats);
+    ops.synchronize();
+    const double elapsed = ms_since(start);
+    if (round >= warmup) ms.push_back(elapsed);
+    result.tokens = stats.tokens_computed;
+  }
+  result.latency = summarize(ms);
+  result.gemms = std::move(recorder.shapes);
+  for (const GemmShape& g : result.gemms) result.gemm_flop += 2.0 * double(g.m * g.n) * double(g.k);
+  return result;
+}
+
+// Replays a forward's GEMMs on random data. Each call gets its own weight matrix, as in the
+// model, so that small models cannot serve weights from cache across layers; past
+// kFloorWeightBudget bytes, calls of one shape share matrices round-robin (reuse distance still
+// far beyond any cache). Weights persist, so fork and independent replay the same ones.
+class GemmFloor {
+ public:
+  GemmFloor(Ops& ops, uint64_t seed) : ops_(ops), seed_(seed) {}
+
+  Summary time(const std::vector<GemmShape>& gemms, int warmup, int reps) {
+    ops_.reset_scratch();  // the model is done with its round
+    int64_t x_elems = 1, out_elems = 1;
+    for (const GemmShape& g : gemms) {
+      x_elems = std::max(x_elems, g.m * g.k);
+      out_elems = std::max(out_elems, g.m * g.n);
+    }
+    const View x = ops_.scratch(1, x_elems), out = ops_.scratch(1, out_elems);
+    upload_random(x, random_tensor_key(seed_, "gemm_floor.x"));
+    std::vector<View> weights;
+    for (size_t i = 0; i < gemms.size(); ++i) weights.push_back(weight(i, gemms[i]));
+
+    std::vector<double> ms;
+    for (int round = 0; round < std::max(warmup, 1) + reps; ++round) {
+      ops_.synchronize();
+      const Clock::time_point start = Clock::now();
+      for (size_t i = 0; i < gemms.size(); ++i) {
+        const GemmShape& g = gemms[i];
+        ops_.matmul({x.data, g.m, g.k, x.dtype}, weights[i], {out.data, g.m, g.n, out.dtype});
+      }
+      ops_.synchronize();
+      const double elapsed = ms_since(start);
+      if (round >= std::max(warmup, 1)) ms.push_back(elapsed);
+    }
+    return summarize(ms);
+  }
+
+ private:
+  View weight(size_t call, const GemmShape& g) {
+    if (call < by_call_.size() && by_call_[call].rows == g.n && by_call_[call].cols == g.k)
+      return by_call_[call];
+    std::vector<View>& same = by_shape_[{g.n, g.k}];
+    const int64_t bytes = g.n * g.k * int64_t(dtype_size(ops_.dtype()));
+    View w;
+    if (same.empty() || bytes_ + bytes <= kFloorWeightBudget) {
+      w = ops_.alloc(g.n, g.k);
+      upload_random(w, random_tensor_key(seed_, cat("gemm_floor.w", call)));
+      bytes_ += bytes;
+      same.push_back(w);
+    } else {
+      w = same[next_[{g.n, g.k}]++ % same.size()];
+    }
+    if (by_call_.size() <= call) by_call_.resize(call + 1);
+    by_call_[call] = w;
+    return w;
+  }
+
+  void upload_random(View dst, uint64_t key) {
+    if (dst.size() > host_size_) {
+      host_.reset(new float[size_t(dst.size())]);
+      host_size_ = dst.size();
+    }
+    // Unit-gain values, like the model's activations and weights (zeros would flatter GPU
+    // GEMMs: less switching, less power).
+    fill_uniform(host_.get(), dst.size(), key, 0.0f, 1.0f);
+    ops_.upload(dst, host_.get());
+  }
+
+  Ops& ops_;
+  uint64_t seed_;
+  std::vector<View> by_call_;
+  std::map<std::pair<int64_t, int64_t>, std::vector<View>> by_shape_;  // (n, k) -> weights
+  std::map<std::pair<int64_t, int64_t>, size_t> next_;
+  int64_t bytes_ = 0;
+  std::unique_ptr<float[]> host_;
+  int64_t host_size_ = 0;
+};
+
+std::string format_params(int64_t n) {
+  char text[32];
+  if (n >= 1000000000)
+    std::snprintf(text, sizeof text, "%.2fB", double(n) / 1e9);
+  else
+    std::snprintf(text, sizeof text, "%.2fM", double(n) / 1e6);
+  return text;
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& argv) {
+  const Args args = Args::parse(argv, {{"model", true},
+                                       {"config", true},
+                                       {"workload", true},
+                                       {"device", true},
+                                       {"dtype", true},
+                                       {"mode", true},
+                                       {"reps", true},
+                                       {"warmup", true},
+                                       {"seed", true},
+                                       {"threads", true},
+                                       {"json", false},
+                                       {"help", false}});
+  if (args.has("help")) {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  // Everything the user typed is checked before a (possibly many-GB) model is loaded.
+  if (args.has("model") == args.has("config"))
+    throw Error("give exactly one of --model DIR and --config CONFIG.json");
+  const WorkloadSpec spec = parse_workload(args.required("workload"));
+  const BackendChoice backend =
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
+  const std::vector<ExecMode> modes = parse_modes(args.value("mode"));
+  const int reps = parse_count(args.value("reps"), "reps", 20, 1);
+  const int warmup = parse_count(args.value("warmup"), "warmup", 3, 0);
+  const uint64_t seed = parse_seed(args.value("seed"));
+  const bool as_json = args.has("json");
+
+  const bool random = args.has("config");
+  const std::string source = random ? args.required("config") : args.required("model");
+  const Clock::time_point load_start = Clock::now();
+  LoadedModel loaded = random ? load_random_model_on(source, backend, seed)
+                              : load_model_on(source, backend);
+  loaded.ops->synchronize();
+  const double load_s = ms_since(load_start) / 1e3;
+  const ModelInfo& info = loaded.model->info();
+  std::optional<std::filesystem::path> tokenizer_json;
+  if (!random) tokenizer_json = std::filesystem::path(source) / "tokenizer.json";
+  const Workload workload = make_workload(spec, info.vocab_size, seed, tokenizer_json);
+
+  std::vector<ModeResult> results;
+  for (ExecMode mode : modes)
+    results.push_back(time_mode(*loaded.model, *loaded.ops, workload.tree, mode, warmup, reps));
+  GemmFloor floor(*loaded.ops, seed);
+  for (ModeResult& r : results) r.floor = floor.time(r.gemms, warmup, reps);
+  const bool both = results.size() == 2;
+  const double latency_ratio = both ? results[1].latency.median / results[0].latency.median : 0;
+  const double token_ratio = both ? double(results[1].tokens) / double(results[0].tokens) : 0;
+
+  if (as_json) {
+    json runs = json::array();
+    for (const ModeResult& r : results)
+      runs.push_back({{"mode", mode_name(r.mode)},
+                      {"tokens", r.tokens},
+                      {"median_ms", r.latency.median},
+                      {"p10_ms", r.latency.p10},
+                      {"p90_ms", r.latency.p90},
+                      {"gemm_floor_ms", r.floor.median},
+                      {"gemm_gflop", r.gemm_flop / 1e9}});
+    json out = {{"workload", workload.description},
+                {"model", source},
+                {"random_weights", random},
+                {"params", info.n_params},
+                {"load_s", load_s},
+                {"device", device_name(backend.device)},
+                {"dtype", dtype_name(backend.dtype)}};
+    if (backend.device == Device::Device_cpu) out["threads"] = backend.threads;
+    out["seed"] = seed;
+    out["trunk_tokens"] = workload.trunk_tokens;
+    out["branch_tokens"] = workload.branch_tokens;
+    out["questions"] = workload.questions;
+    out["warmup"] = warmup;
+    out["reps"] = reps;
+    out["runs"] = std::move(runs);
+    if (both) {
+      out["independent_over_fork_latency"] = latency_ratio;
+      out["independent_over_fork_tokens"] = token_ratio;
+    }
+    std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+    return kExitOk;
+  }
+
+  std::printf("workload %s: trunk %" PRId64 " + %" PRId64 " questions (%" PRId64
+              " tokens); %s\n",
+              workload.description.c_str(), workload.trunk_tokens, workload.questions,
+              workload.branch_tokens, backend_description(backend).c_str());
+  std::printf("model %s%s: %s parameters, %" PRId64 " layers, loaded in %.1f s; %d reps after %d "
+              "warm-up\n",
+              source.c_str(), random ? cat(" (random weights, seed ", seed, ")").c_str() : "",
+              format_params(info.n_params).c_str(), info.n_layers, load_s, reps, warmup);
+  std::printf("%-12s %8s %11s %9s %9s %15s %13s\n", "mode", "tokens", "median ms", "p10 ms",
+              "p90 ms", "GEMM floor ms", "GEMM TFLOP/s");
+  for (const ModeResult& r : results)
+    std::printf("%-12s %8" PRId64 " %11.3f %9.3f %9.3f %15.3f %13.3f\n",
+                std::string(mode_name(r.mode)).c_str(), r.tokens, r.latency.median,
+                r.latency.p10, r.latency.p90, r.floor.median,
+                r.floor.median > 0 ? r.gemm_flop / (r.floor.median * 1e-3) / 1e12 : 0.0);
+  if (both)
+    std::printf("independent / fork: latency %.2fx, tokens %.2fx\n", latency_ratio, token_ratio);
+  return kExitOk;
+}
+
+}  // namespace flide::cli

@@ -1,0 +1,114 @@
+// `flide bench` workloads (see workloads.h).
+#include "workloads.h"
+
+#include <algorithm>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "core/error.h"
+#include "decide_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flide::cli {
+
+namespace {
+
+constexpr SyntheticShape kSynthetic[] = {
+    {"race_all", 450, 4, 50, 4},       {"race_one", 450, 1, 50, 4},
+    {"quality_all", 5000, 18, 70, 4},  {"quality_one", 5000, 1, 70, 4},
+    {"multirc_all", 330, 58, 35, 2},
+};
+
+constexpr int64_t kMaxSyntheticId = 200000;  // below every Qwen3.5 vocabulary's special tokens
+
+Workload synthetic_workload(const SyntheticShape& shape, int64_t vocab_size, uint64_t seed) {
+  const uint64_t range = uint64_t(std::min(vocab_size, kMaxSyntheticId));
+  if (range < uint64_t(shape.labels))
+    throw Error(cat("--workload ", shape.name, ": the vocabulary (", vocab_size,
+                    ") is smaller than its ", shape.labels, " labels"));
+  std::mt19937_64 rng(seed);  // fully specified by the standard: the same ids everywhere
+  auto ids = [&](int32_t n) {
+    std::vector<int32_t> out(static_cast<size_t>(n));
+    for (int32_t& id : out) id = int32_t(rng() % range);
+    return out;
+  };
+  Workload w;
+  w.description = shape.name;
+  w.tree.nodes.push_back({-1, ids(shape.trunk_tokens), ReadoutKind::ReadoutKind_none, {}});
+  for (int32_t q = 0; q < shape.questions; ++q) {
+    TreeNode node{0, ids(shape.question_tokens), ReadoutKind::ReadoutKind_choice, {}};
+    while (int32_t(node.label_ids.size()) < shape.labels) {
+      const int32_t id = int32_t(rng() % range);
+      if (std::find(node.label_ids.begin(), node.label_ids.end(), id) == node.label_ids.end())
+        node.label_ids.push_back(id);
+    }
+    w.tree.nodes.push_back(std::move(node));
+  }
+  return w;
+}
+
+Workload file_workload(const std::filesystem::path& file, int64_t vocab_size,
+                       const std::optional<std::filesystem::path>& tokenizer_json) {
+  const std::string text = read_file(file);
+  size_t begin = 0, number = 1;
+  for (; begin < text.size(); ++number) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+
+    DecideRequest request;
+    try {
+      request = parse_decide_request(nlohmann::ordered_json::parse(line), vocab_size);
+    } catch (const std::exception& e) {
+      throw Error(cat("--workload ", file.string(), ": line ", number, ": ", e.what()));
+    }
+    std::optional<Tokenizer> tokenizer;
+    if (request.is_text) {
+      if (!tokenizer_json)
+        throw Error(cat("--workload ", file.string(), ": line ", number,
+                        " is a text request and needs a tokenizer: give --model DIR (a --config "
+                        "model has none), or token-id requests"));
+      if (!std::filesystem::exists(*tokenizer_json))
+        throw Error(cat(*tokenizer_json, " not found; line ", number, " of ", file.string(),
+                        " is a text request and needs the tokenizer"));
+      tokenizer.emplace(Tokenizer::load(*tokenizer_json));
+    }
+    Workload w;
+    w.description = cat(file.filename().string(), " (request ",
+                        request.id.is_null() ? cat("on line ", number) : request.id.dump(), ")");
+    w.tree = decide_tree(request, tokenizer ? &*tokenizer : nullptr);
+    return w;
+  }
+  throw Error(cat("--workload ", file.string(), ": no request (the file is empty)"));
+}
+
+}  // namespace
+
+WorkloadSpec parse_workload(const std::string& name) {
+  for (const SyntheticShape& shape : kSynthetic)
+    if (name == shape.name) return {shape, {}};
+  if (std::filesystem::is_regular_file(name)) return {std::nullopt, name};
+  std::string known;
+  for (const SyntheticShape& shape : kSynthetic) known += cat(shape.name, ", ");
+  throw Error(cat("--workload: \"", name, "\" is neither a workload (", known,
+                  "or a FILE.jsonl) nor a readable file"));
+}
+
+Workload make_workload(const WorkloadSpec& spec, int64_t vocab_size, uint64_t seed,
+                       const std::optional<std::filesystem::path>& tokenizer_json) {
+  Workload w = spec.synthetic ? synthetic_workload(*spec.synthetic, vocab_size, seed)
+                              : file_workload(spec.file, vocab_size, tokenizer_json);
+  validate_tree(w.tree, vocab_size);
+  w.trunk_tokens = int64_t(w.tree.nodes[0].tokens.size());
+  for (size_t n = 1; n < w.tree.nodes.size(); ++n) {
+    w.branch_tokens += int64_t(w.tree.nodes[n].tokens.size());
+    w.questions += w.tree.nodes[n].parent == 0;
+  }
+  return w;
+}
+
+}  // namespace flide::cli

@@ -1,0 +1,51 @@
+// The requests `flide bench` times. Synthetic workloads have the fixed shapes of the datasets'
+// typical requests (random token ids: the cost of a forward does not depend on them):
+//   race_all     trunk 450 + 4 questions x 50 tokens, 4 labels each  (RACE: all questions)
+//   race_one     trunk 450 + 1 x 50, 4 labels                        (RACE: one question)
+//   quality_all  trunk 5,000 + 18 x 70, 4 labels                     (QuALITY: all questions)
+//   quality_one  trunk 5,000 + 1 x 70, 4 labels
+//   multirc_all  trunk 330 + 58 x 35, 2 labels                       (MultiRC: all answers)
+// A FILE.jsonl workload is the file's first request line, read like `flide decide` input (text
+// through the decision template with the model's tokenizer, or token ids).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "engine/tree.h"
+
+namespace flide::cli {
+
+struct SyntheticShape {
+  const char* name;
+  int32_t trunk_tokens;
+  int32_t questions;
+  int32_t question_tokens;
+  int32_t labels;  // label token ids read at each question's last token
+};
+
+// A --workload value, checked before any model is loaded.
+struct WorkloadSpec {
+  std::optional<SyntheticShape> synthetic;  // set for a named workload
+  std::filesystem::path file;               // otherwise: the JSONL file (exists)
+};
+
+// Error naming the workloads when `name` is neither a synthetic workload nor a readable file.
+WorkloadSpec parse_workload(const std::string& name);
+
+struct Workload {
+  std::string description;  // "race_all" or "FILE (request ID)"
+  Tree tree;
+  int64_t trunk_tokens = 0;
+  int64_t branch_tokens = 0;  // all questions' own tokens
+  int64_t questions = 0;
+};
+
+// Synthetic ids are drawn from [0, min(vocab_size, 200000)) by `seed`. A file's text request
+// needs the tokenizer at `tokenizer_json` (absent: Error saying so).
+Workload make_workload(const WorkloadSpec& spec, int64_t vocab_size, uint64_t seed,
+                       const std::optional<std::filesystem::path>& tokenizer_json);
+
+}  // namespace flide::cli
