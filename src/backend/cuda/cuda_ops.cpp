@@ -1,0 +1,307 @@
+// CudaOps: every op but matmul, each a host-side check of dtypes and shapes (the same shape
+// rules as the CPU reference) followed by one launcher of src/kernels/. Per-round metadata
+// (token ids, positions, tree structure, out rows, selects, attention plans) comes from the
+// device copy set_stream made; level ranges are read on the device from level_begin.
+#include "backend/cuda/cuda_ops.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/dense.h"
+#include "kernels/gdn.h"
+
+namespace flide {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+bf16* as_bf16(const View& v, const char* op, const char* name) {
+  FLIDE_CHECK(v.dtype == DType::DType_bf16, "cuda ", op, ": ", name, " is ", dtype_name(v.dtype),
+              ", must be bf16");
+  return static_cast<bf16*>(v.data);
+}
+
+float* as_f32(const View& v, const char* op, const char* name) {
+  FLIDE_CHECK(v.dtype == DType::DType_f32, "cuda ", op, ": ", name, " is ", dtype_name(v.dtype),
+              ", must be f32 (scratch_f32)");
+  return static_cast<float*>(v.data);
+}
+
+}  // namespace
+
+void CudaOps::need_stream(const char* op) const {
+  FLIDE_CHECK(have_stream_, "cuda ", op, ": no stream (call set_stream first)");
+}
+
+int64_t CudaOps::rows_of(Rows which) const {
+  return which == Rows::Rows_all ? int64_t(meta_.n_tokens) : int64_t(n_out_);
+}
+
+const int32_t* CudaOps::rows_ptr(Rows which) const {
+  return which == Rows::Rows_all ? nullptr : meta_.out_rows;
+}
+
+void CudaOps::check_level(int level, const char* op) const {
+  FLIDE_CHECK(level >= 0 && level < n_levels_, "cuda ", op, ": level ", level, " of ", n_levels_);
+}
+
+// ---- dense ----
+
+void CudaOps::embed(View table, View out) {
+  need_stream("embed");
+  const int64_t T = meta_.n_tokens;
+  FLIDE_CHECK(out.rows == T && out.cols == table.cols, "cuda embed: out [", out.rows, ", ",
+              out.cols, "] table [", table.rows, ", ", table.cols, "] tokens ", T);
+  FLIDE_CHECK(max_token_id_ < table.rows, "token id ", max_token_id_, " outside the table of ",
+              table.rows);
+  const bf16* tp = as_bf16(table, "embed", "table");
+  bf16* op = as_bf16(out, "embed", "out");
+  if (out.size() == 0) return;
+  launched(kernels::embed(token_ids_, tp, op, T, table.cols, stream_), "embed");
+}
+
+void CudaOps::rmsnorm(View x, View w, View out, double eps, bool unit_offset) {
+  FLIDE_CHECK(w.size() == x.cols && out.rows == x.rows && out.cols == x.cols, "cuda rmsnorm: x [",
+              x.rows, ", ", x.cols, "] w ", w.size(), " out [", out.rows, ", ", out.cols, "]");
+  const bf16* xp = as_bf16(x, "rmsnorm", "x");
+  const bf16* wp = as_bf16(w, "rmsnorm", "w");
+  bf16* op = as_bf16(out, "rmsnorm", "out");
+  if (x.size() == 0) return;
+  launched(kernels::rmsnorm(xp, wp, op, x.rows, x.cols, float(eps), unit_offset, stream_),
+           "rmsnorm");
+}
+
+void CudaOps::add(View acc, View x) {
+  FLIDE_CHECK(acc.size() == x.size(), "cuda add: acc ", acc.size(), " x ", x.size());
+  bf16* ap = as_bf16(acc, "add", "acc");
+  const bf16* xp = as_bf16(x, "add", "x");
+  if (acc.size() == 0) return;
+  launched(kernels::add(ap, xp, acc.size(), stream_), "add");
+}
+
+void CudaOps::silu_mul(View gate, View up, View out) {
+  FLIDE_CHECK(gate.size() == up.size() && out.size() == gate.size(), "cuda silu_mul: gate ",
+              gate.size(), " up ", up.size(), " out ", out.size());
+  const bf16* gp = as_bf16(gate, "silu_mul", "gate");
+  const bf16* up_p = as_bf16(up, "silu_mul", "up");
+  bf16* op = as_bf16(out, "silu_mul", "out");
+  if (out.size() == 0) return;
+  launched(kernels::silu_mul(gp, up_p, op, out.size(), stream_), "silu_mul");
+}
+
+void CudaOps::sigmoid_mul(View x, View gate) {
+  FLIDE_CHECK(x.size() == gate.size(), "cuda sigmoid_mul: x ", x.size(), " gate ", gate.size());
+  bf16* xp = as_bf16(x, "sigmoid_mul", "x");
+  const bf16* gp = as_bf16(gate, "sigmoid_mul", "gate");
+  if (x.size() == 0) return;
+  launched(kernels::sigmoid_mul(xp, gp, x.size(), stream_), "sigmoid_mul");
+}
+
+// bf16 or f32 rows (the same dtype on both sides): the kernel copies elements of either size.
+void CudaOps::gather_rows(View x, View out) {
+  need_stream("gather_rows");
+  FLIDE_CHECK(out.rows == n_out_ && out.cols == x.cols && x.rows == meta_.n_tokens,
+              "cuda gather_rows: x [", x.rows, ", ", x.cols, "] out [", out.rows, ", ", out.cols,
+              "] out_rows ", n_out_, " tokens ", meta_.n_tokens);
+  FLIDE_CHECK(x.dtype == out.dtype && (x.dtype == DType::DType_bf16 || x.dtype == DType::DType_f32),
+              "cuda gather_rows: x is ", dtype_name(x.dtype), ", out is ", dtype_name(out.dtype));
+  if (out.size() == 0) return;
+  launched(kernels::gather_rows(x.data, meta_.out_rows, out.data, out.rows, out.cols,
+                                int(dtype_size(x.dtype)), stream_),
+           "gather_rows");
+}
+
+void CudaOps::copy_cols(View x, int64_t col_begin, View out) {
+  FLIDE_CHECK(out.rows == x.rows && col_begin >= 0 && col_begin + out.cols <= x.cols,
+              "cuda copy_cols: x [", x.rows, ", ", x.cols, "] cols [", col_begin, ", +", out.cols,
+              ") out rows ", out.rows);
+  const bf16* xp = as_bf16(x, "copy_cols", "x");
+  bf16* op = as_bf16(out, "copy_cols", "out");
+  if (out.size() == 0) return;
+  launched(kernels::copy_cols(xp, x.cols, col_begin, op, x.rows, out.cols, stream_), "copy_cols");
+}
+
+void CudaOps::l2norm(View x, double eps) {
+  bf16* xp = as_bf16(x, "l2norm", "x");
+  if (x.size() == 0) return;
+  launched(kernels::l2norm(xp, x.rows, x.cols, float(eps), stream_), "l2norm");
+}
+
+// ---- gated attention ----
+
+void CudaOps::split_query_gate(View qg, View q, View gate, int heads, int head_dim) {
+  const int64_t hd = head_dim;
+  FLIDE_CHECK(qg.cols == heads * 2 * hd && q.cols == heads * hd && gate.cols == heads * hd &&
+                  q.rows == qg.rows && gate.rows == qg.rows,
+              "cuda split_query_gate: qg [", qg.rows, ", ", qg.cols, "] q [", q.rows, ", ", q.cols,
+              "] gate [", gate.rows, ", ", gate.cols, "] heads ", heads, " hd ", hd);
+  const bf16* qgp = as_bf16(qg, "split_query_gate", "qg");
+  bf16* qp = as_bf16(q, "split_query_gate", "q");
+  bf16* gp = as_bf16(gate, "split_query_gate", "gate");
+  if (q.size() == 0) return;
+  launched(kernels::split_query_gate(qgp, qp, gp, qg.rows, heads, head_dim, stream_),
+           "split_query_gate");
+}
+
+void CudaOps::rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) {
+  need_stream("rope");
+  FLIDE_CHECK(x.rows == rows_of(which) && x.cols == int64_t(heads) * head_dim, "cuda rope: x [",
+              x.rows, ", ", x.cols, "] rows ", rows_of(which), " heads ", heads, " hd ", head_dim);
+  FLIDE_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim, "cuda rope: rot_dim ",
+              rot_dim);
+  bf16* xp = as_bf16(x, "rope", "x");
+  if (x.size() == 0) return;
+  launched(kernels::rope(xp, meta_.positions, rows_ptr(which), x.rows, heads, head_dim, rot_dim,
+                         float(theta), stream_),
+           "rope");
+}
+
+void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
+                        int head_dim, double scale) {
+  need_stream("attention");
+  const int64_t hd = head_dim, R = rows_of(which);
+  FLIDE_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, "cuda attention: heads ", heads_q, " / ",
+              heads_kv);
+  FLIDE_CHECK(hd == 16 || hd == 24 || hd == 32 || hd == 64 || hd == 128 || hd == 256,
+              "cuda attention: head_dim ", hd, " (supported: 16, 24, 32, 64, 128, 256)");
+  FLIDE_CHECK(q.rows == R && out.rows == R && q.cols == heads_q * hd && out.cols == q.cols,
+              "cuda attention: q [", q.rows, ", ", q.cols, "] out [", out.rows, ", ", out.cols,
+              "] rows ", R);
+  FLIDE_CHECK(
+      k.rows == meta_.n_tokens && v.rows == k.rows && k.cols == heads_kv * hd && v.cols == k.cols,
+      "cuda attention: k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols, "] tokens ",
+      meta_.n_tokens);
+  const bf16* qp = as_bf16(q, "attention", "q");
+  const bf16* kp = as_bf16(k, "attention", "k");
+  const bf16* vp = as_bf16(v, "attention", "v");
+  bf16* op = as_bf16(out, "attention", "out");
+  if (R == 0) return;
+  const bool all = which == Rows::Rows_all;
+  launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
+                                   all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
+                                   heads_q, heads_kv, head_dim, float(scale), stream_),
+           "attention");
+}
+
+// ---- Gated DeltaNet ----
+
+void CudaOps::causal_conv_silu(View x, View w, View window, View out, int level) {
+  need_stream("causal_conv_silu");
+  check_level(level, "causal_conv_silu");
+  const int64_t C = x.cols, K = w.cols;
+  FLIDE_CHECK(w.rows == C && out.rows == x.rows && out.cols == C && x.rows == meta_.n_tokens,
+              "cuda causal_conv_silu: x [", x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols,
+              "] out [", out.rows, ", ", out.cols, "] tokens ", meta_.n_tokens);
+  FLIDE_CHECK(K >= 1 && K <= 8, "cuda causal_conv_silu: kernel ", K, " (the kernel takes <= 8)");
+  FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= n_slots_,
+              "cuda causal_conv_silu: window [", window.rows, ", ", window.cols, "] slots ",
+              n_slots_);
+  FLIDE_CHECK(out.data != x.data, "the conv cannot run in place");
+  const bf16* xp = as_bf16(x, "causal_conv_silu", "x");
+  const bf16* wp = as_bf16(w, "causal_conv_silu", "w");
+  bf16* winp = as_bf16(window, "causal_conv_silu", "window");
+  bf16* op = as_bf16(out, "causal_conv_silu", "out");
+  if (x.size() == 0) return;
+  launched(kernels::causal_conv_silu(xp, wp, winp, op, C, int(K), level, meta_, stream_),
+           "causal_conv_silu");
+}
+
+void CudaOps::gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) {
+  const int64_t Hv = a.cols;
+  FLIDE_CHECK(b.rows == a.rows && g.rows == a.rows && beta.rows == a.rows && b.cols == Hv &&
+                  g.cols == Hv && beta.cols == Hv && A_log.size() == Hv && dt_bias.size() == Hv,
+              "cuda gdn_gates: a [", a.rows, ", ", a.cols, "] b [", b.rows, ", ", b.cols, "] g [",
+              g.rows, ", ", g.cols, "] beta [", beta.rows, ", ", beta.cols, "]");
+  const bf16* ap = as_bf16(a, "gdn_gates", "a");
+  const bf16* bp = as_bf16(b, "gdn_gates", "b");
+  const bf16* alp = as_bf16(A_log, "gdn_gates", "A_log");
+  const bf16* dtp = as_bf16(dt_bias, "gdn_gates", "dt_bias");
+  float* gp = as_f32(g, "gdn_gates", "g");
+  float* betap = as_f32(beta, "gdn_gates", "beta");
+  if (a.size() == 0) return;
+  launched(kernels::gdn_gates(ap, bp, alp, dtp, gp, betap, a.rows, int(Hv), stream_), "gdn_gates");
+}
+
+void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View out, int level,
+                  int heads_k, int heads_v, int dim_k, int dim_v, GdnForm /*form*/) {
+  need_stream("gdn");
+  check_level(level, "gdn");
+  const int64_t Dk = dim_k, Dv = dim_v, T = meta_.n_tokens;
+  FLIDE_CHECK(heads_k > 0 && heads_v % heads_k == 0, "cuda gdn: heads ", heads_k, " / ", heads_v);
+  FLIDE_CHECK(
+      q.rows == T && k.rows == T && v.rows == T && g.rows == T && beta.rows == T && out.rows == T,
+      "cuda gdn: rows q ", q.rows, " k ", k.rows, " v ", v.rows, " g ", g.rows, " beta ", beta.rows,
+      " out ", out.rows, " stream ", T);
+  FLIDE_CHECK(q.cols == heads_k * Dk && k.cols == q.cols && v.cols == heads_v * Dv &&
+                  out.cols == v.cols && g.cols == heads_v && beta.cols == heads_v,
+              "cuda gdn: cols q ", q.cols, " k ", k.cols, " v ", v.cols, " g ", g.cols, " out ",
+              out.cols);
+  FLIDE_CHECK(state.cols == heads_v * Dk * Dv && state.rows >= n_slots_, "cuda gdn: state [",
+              state.rows, ", ", state.cols, "] slots ", n_slots_);
+  const bf16* qp = as_bf16(q, "gdn", "q");
+  const bf16* kp = as_bf16(k, "gdn", "k");
+  const bf16* vp = as_bf16(v, "gdn", "v");
+  const float* gp = as_f32(g, "gdn", "g");
+  const float* betap = as_f32(beta, "gdn", "beta");
+  float* sp = as_f32(state, "gdn", "state");
+  bf16* op = as_bf16(out, "gdn", "out");
+  FLIDE_CHECK(((Dk == 8 || Dk == 12 || Dk == 16 || Dk == 24) &&
+               (Dv == 8 || Dv == 12 || Dv == 16 || Dv == 24)) ||
+                  (Dk == 128 && Dv == 128),
+              "cuda gdn: head dims ", Dk, "x", Dv,
+              " (the kernel takes Dk, Dv in {8, 12, 16, 24}, or both 128)");
+  if (T == 0) return;
+  const size_t need = kernels::gdn_workspace_bytes(T, heads_v, dim_k, dim_v);
+  if (need > gdn_workspace_cap_) {  // queued calls may still use the old buffer
+    cuda_check(cudaStreamSynchronize(stream_), "gdn (an earlier op failed)");
+    if (gdn_workspace_) cuda_check(cudaFree(gdn_workspace_), "gdn: cudaFree");
+    gdn_workspace_ = nullptr;
+    const size_t cap = std::max(need, 2 * gdn_workspace_cap_);
+    gdn_workspace_cap_ = 0;
+    cuda_check(cudaMalloc(&gdn_workspace_, cap), cat("gdn: workspace of ", cap, " bytes").c_str());
+    gdn_workspace_cap_ = cap;
+  }
+  launched(kernels::gdn_chunked(qp, kp, vp, gp, betap, sp, op, gdn_workspace_, heads_k, heads_v,
+                                dim_k, dim_v, level, meta_, stream_),
+           "gdn");
+}
+
+void CudaOps::gated_rmsnorm(View o, View z, View w, View out, double eps) {
+  const int64_t D = o.cols;
+  FLIDE_CHECK(
+      z.rows == o.rows && z.cols == D && out.rows == o.rows && out.cols == D && w.size() == D,
+      "cuda gated_rmsnorm: o [", o.rows, ", ", D, "] z [", z.rows, ", ", z.cols, "] w ", w.size(),
+      " out [", out.rows, ", ", out.cols, "]");
+  const bf16* op = as_bf16(o, "gated_rmsnorm", "o");
+  const bf16* zp = as_bf16(z, "gated_rmsnorm", "z");
+  const bf16* wp = as_bf16(w, "gated_rmsnorm", "w");
+  bf16* outp = as_bf16(out, "gated_rmsnorm", "out");
+  if (o.size() == 0) return;
+  launched(kernels::gated_rmsnorm(op, zp, wp, outp, o.rows, D, float(eps), stream_),
+           "gated_rmsnorm");
+}
+
+// ---- readout ----
+
+void CudaOps::select_logits(View h, View w, View out) {
+  need_stream("select_logits");
+  const int64_t M = n_select_, H = h.cols;
+  FLIDE_CHECK(w.cols == H && out.rows == M && out.cols == 1 && h.rows == n_out_,
+              "cuda select_logits: h [", h.rows, ", ", H, "] w [", w.rows, ", ", w.cols, "] out [",
+              out.rows, ", ", out.cols, "] selects ", M, " out rows ", n_out_);
+  FLIDE_CHECK(max_select_id_ < w.rows, "select id ", max_select_id_, " outside the LM head of ",
+              w.rows);
+  const bf16* hp = as_bf16(h, "select_logits", "h");
+  const bf16* wp = as_bf16(w, "select_logits", "w");
+  float* outp = as_f32(out, "select_logits", "out");
+  if (M == 0) return;
+  launched(kernels::select_logits(hp, wp, select_out_, select_ids_, outp, M, H, stream_),
+           "select_logits");
+}
+
+}  // namespace flide

@@ -1,0 +1,173 @@
+// The CUDA backend (DESIGN.md "Backends"): bf16 activations and weights, fp32 accumulation
+// inside every kernel and GEMM, fp32 recurrent state, gates and logits (scratch_f32). Each op
+// checks its views' dtypes and shapes on the host and hands raw pointers to a launcher of
+// src/kernels/ (STYLE.md #4); GEMMs go through cuBLASLt. Everything runs in order on one
+// non-blocking stream that the backend owns; only download() and synchronize() wait for it.
+// The class is declared here and its members are spread over a few files by area:
+//   memory.cpp         construction, make_cuda_ops, the persistent and scratch arenas, host
+//                      transfers (pinned staging), describe()
+//   stream_upload.cpp  set_stream: validates the round's Stream, uploads its arrays and builds
+//                      the two tree-attention plans (Rows_all, Rows_out) in one pinned copy
+//   gemm.cpp           matmul (cuBLASLt, descriptors and heuristics cached per shape)
+//   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace)
+//
+// Errors: a launch that fails throws flide::Error naming the op and cudaGetErrorString. Kernel
+// faults are asynchronous and surface at the next download()/synchronize(); set the environment
+// variable FLIDE_CUDA_SYNC_CHECK=1 (always on in builds without NDEBUG) to synchronize after
+// every op, so that the error names the op that faulted. The sync check must stay off under
+// CUDA-graph capture.
+//
+// One CudaOps per device and host thread: the constructor makes its device current
+// (cudaSetDevice) and the ops assume it stays current.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/ops.h"
+#include "backend/stream.h"
+#include "kernels/tree_meta.h"
+
+namespace flide {
+
+// Throws flide::Error("cuda backend: <what>: <cudaGetErrorString>") unless err is cudaSuccess.
+void cuda_check(cudaError_t err, const char* what);
+
+class CudaOps final : public Ops {
+ public:
+  explicit CudaOps(int device);  // the device must exist (make_cuda_ops checks)
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  DType dtype() const override { return DType::DType_bf16; }
+
+  View alloc(int64_t rows, int64_t cols) override;
+  View scratch(int64_t rows, int64_t cols) override;
+  View scratch_f32(int64_t rows, int64_t cols) override;
+  void reset_scratch() override;
+  void upload(View dst, const float* src) override;
+  void download(View src, double* dst) override;
+  void fill_zero(View dst) override;
+  void set_stream(const Stream& stream) override;
+  void synchronize() override;
+
+  void embed(View table, View out) override;
+  void rmsnorm(View x, View w, View out, double eps, bool unit_offset) override;
+  void matmul(View x, View w, View out) override;
+  void add(View acc, View x) override;
+  void silu_mul(View gate, View up, View out) override;
+  void sigmoid_mul(View x, View gate) override;
+  void gather_rows(View x, View out) override;
+  void copy_cols(View x, int64_t col_begin, View out) override;
+  void l2norm(View x, double eps) override;
+
+  void split_query_gate(View qg, View q, View gate, int heads, int head_dim) override;
+  void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) override;
+  void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
+                 int head_dim, double scale) override;
+
+  void causal_conv_silu(View x, View w, View window, View out, int level) override;
+  void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) override;
+  // Both forms run the chunked kernel: there is no token-by-token CUDA kernel for prefill (the
+  // two forms are the same function up to rounding; the CPU backend keeps both to check that).
+  void gdn(View q, View k, View v, View g, View beta, View state, View out, int level, int heads_k,
+           int heads_v, int dim_k, int dim_v, GdnForm form) override;
+  void gated_rmsnorm(View o, View z, View w, View out, double eps) override;
+
+  void select_logits(View h, View w, View out) override;
+
+  // One line for the CLI: device name, SMs, memory, and what the backend holds.
+  std::string describe() const;
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  // A bump allocator over cudaMalloc'ed blocks; pieces are 256-byte aligned (cuBLASLt's
+  // preferred alignment, and enough for any vector load).
+  struct Arena {
+    std::vector<void*> blocks;  // owned, cudaFree'd by the backend
+    char* block = nullptr;      // the block carved from now
+    size_t used = 0;            // bytes of `block` handed out
+    size_t cap = 0;             // bytes in `block`
+    size_t total = 0;           // bytes over all blocks
+    void* take(size_t bytes);   // nullptr when `block` has no room
+  };
+  void* add_block(Arena& arena, size_t bytes, bool zeroed, bool make_current);
+  void release() noexcept;  // frees everything (destructor, failed constructor)
+  View scratch_bytes(int64_t rows, int64_t cols, DType dtype);
+
+  // Launch bookkeeping: throws on a failed launch (err, or the runtime's last error), and in
+  // sync-check mode waits for the op and throws on its fault.
+  void launched(cudaError_t err, const char* op);
+  // Host-side checks shared by the ops.
+  void need_stream(const char* op) const;
+  int64_t rows_of(Rows which) const;
+  const int32_t* rows_ptr(Rows which) const;  // device q_rows for `which` (nullptr: all rows)
+  void check_level(int level, const char* op) const;
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  bool sync_check_ = false;
+
+  Arena persistent_;
+  Arena scratch_;
+
+  // Host transfers go through pinned chunks: upload alternates two chunks (the host fills one
+  // while the device converts the other), download reuses the first.
+  static constexpr size_t kStageBytes = size_t(16) << 20;
+  void* stage_host_[2] = {nullptr, nullptr};  // pinned, kStageBytes each
+  void* stage_dev_[2] = {nullptr, nullptr};   // device fp32 chunks for bf16 uploads
+  cudaEvent_t stage_done_[2] = {nullptr, nullptr};
+  int stage_next_ = 0;
+
+  // The round's metadata: int32 arrays and both attention plans, laid out in one pinned buffer
+  // and copied to one device buffer with a single cudaMemcpyAsync. Both grow geometrically.
+  void* meta_host_ = nullptr;
+  void* meta_dev_ = nullptr;
+  size_t meta_cap_ = 0;
+  cudaEvent_t meta_done_ = nullptr;  // the last copy out of meta_host_ finished
+  bool have_stream_ = false;
+  kernels::TreeMeta meta_{};
+  const int32_t* token_ids_ = nullptr;   // device [T]
+  const int32_t* select_out_ = nullptr;  // device [M]
+  const int32_t* select_ids_ = nullptr;  // device [M]
+  const void* plan_all_ = nullptr;       // device plan for q_rows = all rows
+  const void* plan_out_ = nullptr;       // device plan for q_rows = out_rows
+  int32_t tiles_all_ = 0, tiles_out_ = 0;
+  int32_t n_levels_ = 0, n_slots_ = 0, n_out_ = 0, n_select_ = 0;
+  int32_t max_token_id_ = -1, max_select_id_ = -1;
+
+  // Device scratch of the chunked delta rule (kernels::gdn_workspace_bytes): nothing in it
+  // outlives a call, so one buffer serves every layer and level. It grows (synchronising the
+  // stream to free the old one) when a call needs more, i.e. in the first round of a size.
+  void* gdn_workspace_ = nullptr;
+  size_t gdn_workspace_cap_ = 0;
+
+  // cuBLASLt: one handle, a 32 MiB workspace, and per shape its descriptors and chosen algo.
+  // A shape for which cuBLASLt's heuristic offers no algorithm runs through cublasGemmEx
+  // instead (same math: bf16 inputs, fp32 compute), on a handle made when first needed.
+  static constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
+  struct GemmPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool gemm_ex = false;  // the cublasGemmEx fallback
+  };
+  // (M, N, K, out dtype, alignment of x, w, out in bytes)
+  using GemmKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int>;
+  const GemmPlan& gemm_plan(const GemmKey& key);
+  cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;  // the fallback's handle
+  void* gemm_workspace_ = nullptr;
+  std::map<GemmKey, GemmPlan> gemm_plans_;
+};
+
+}  // namespace flide

@@ -1,0 +1,146 @@
+// CudaOps::matmul through cuBLASLt: bf16 inputs, fp32 compute and scale (CUBLAS_COMPUTE_32F),
+// bf16 or fp32 output per out.dtype, on the backend stream with a 32 MiB workspace.
+//
+// Layout: cuBLASLt is column-major, our views row-major. A row-major [r, c] matrix is the
+// column-major [c, r] matrix with leading dimension c, so
+//   out[M, N] = x[M, K] . w[N, K]^T   (row-major)
+// is, in column-major terms,
+//   out^T [N, M] = w^T^T . x^T = op_T(W_cm [K, N]) . X_cm [K, M]
+// i.e. A = w stored [K, N] (ld K) with transa = T, B = x stored [K, M] (ld K) with transb = N,
+// C = D = out stored [N, M] (ld N). No data is transposed.
+//
+// The descriptors, layouts and the heuristic's first algorithm are cached per (M, N, K, out
+// dtype, pointer alignments): the heuristic call costs tens of microseconds, and the forward
+// repeats a handful of shapes. The alignments are part of the key because cuBLASLt's heuristic
+// assumes 256-byte aligned pointers unless told otherwise. Where the heuristic offers nothing
+// (older cuBLASLt releases refused some degenerate shapes, e.g. a dimension of 1), the shape
+// runs through cublasGemmEx with the same operands and compute type.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/error.h"
+
+namespace flide {
+
+namespace {
+
+int alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && a % uintptr_t(align) != 0) align /= 2;
+  return align;
+}
+
+void lt_check(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw Error(cat("cuda backend: matmul: ", what, ": ", cublasLtGetStatusString(st)));
+}
+
+}  // namespace
+
+const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
+  const auto found = gemm_plans_.find(key);
+  if (found != gemm_plans_.end()) return found->second;
+  const auto [M, N, K, out_type, align_x, align_w, align_out] = key;
+  const cudaDataType_t c_type = DType(out_type) == DType::DType_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  GemmPlan p;
+  cublasLtMatmulPreference_t pref = nullptr;
+  try {
+    lt_check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                            sizeof trans_a),
+             "transa");
+    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                            sizeof trans_b),
+             "transb");
+    lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(K), uint64_t(N), K), "A");
+    lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(K), uint64_t(M), K), "B");
+    lt_check(cublasLtMatrixLayoutCreate(&p.c, c_type, uint64_t(N), uint64_t(M), N), "C");
+
+    lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const uint64_t workspace = kGemmWorkspaceBytes;
+    lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace, sizeof workspace),
+             "workspace preference");
+    const uint32_t aligns[4] = {uint32_t(align_w), uint32_t(align_x), uint32_t(align_out),
+                                uint32_t(align_out)};
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      lt_check(
+          cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i], sizeof aligns[i]),
+          "alignment preference");
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int n_results = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref,
+                                                             1, &result, &n_results);
+    cublasLtMatmulPreferenceDestroy(pref);
+    pref = nullptr;
+    if (st == CUBLAS_STATUS_SUCCESS && n_results > 0) {
+      p.algo = result.algo;
+    } else {
+      p.gemm_ex = true;
+      if (!blas_) {
+        const cublasStatus_t bst = cublasCreate(&blas_);
+        if (bst != CUBLAS_STATUS_SUCCESS)
+          throw Error(cat("cuda backend: matmul: cuBLASLt has no algorithm for x [", M, ", ", K,
+                          "] . w [", N, ", ", K, "]^T (", cublasLtGetStatusString(st),
+                          ") and cublasCreate failed: ", cublasGetStatusString(bst)));
+        lt_check(cublasSetStream(blas_, stream_), "cublasSetStream");
+        lt_check(cublasSetWorkspace(blas_, gemm_workspace_, kGemmWorkspaceBytes),
+                 "cublasSetWorkspace");
+      }
+    }
+  } catch (...) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    throw;
+  }
+  return gemm_plans_.emplace(key, p).first->second;
+}
+
+void CudaOps::matmul(View x, View w, View out) {
+  FLIDE_CHECK(x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16, "cuda matmul: x is ",
+              dtype_name(x.dtype), ", w is ", dtype_name(w.dtype), "; both must be bf16");
+  FLIDE_CHECK(out.dtype == DType::DType_bf16 || out.dtype == DType::DType_f32,
+              "cuda matmul: out is ", dtype_name(out.dtype), "; must be bf16 or f32");
+  FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "cuda matmul: x [",
+              x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ",
+              out.cols, "]");
+  const int64_t M = x.rows, N = w.rows, K = x.cols;
+  if (M == 0 || N == 0) return;
+  if (K == 0) return fill_zero(out);
+  const GemmKey key{
+      M, N, K, int(out.dtype), alignment_of(x.data), alignment_of(w.data), alignment_of(out.data)};
+  const GemmPlan& p = gemm_plan(key);
+  const float alpha = 1.0f, beta = 0.0f;
+  if (p.gemm_ex) {  // the layout of the comment at the top, as cuBLAS arguments
+    const cudaDataType_t c_type = out.dtype == DType::DType_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cublasStatus_t st =
+        cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, w.data,
+                     CUDA_R_16BF, int(K), x.data, CUDA_R_16BF, int(K), &beta, out.data, c_type,
+                     int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw Error(
+          cat("cuda backend: matmul x [", M, ", ", K, "] . w [", N, ", ", K,
+              "]^T: cublasGemmEx (cuBLASLt offered no algorithm): ", cublasGetStatusString(st)));
+    return launched(cudaSuccess, "matmul (cublasGemmEx)");
+  }
+  const cublasStatus_t st =
+      cublasLtMatmul(lt_, p.desc, &alpha, w.data, p.a, x.data, p.b, &beta, out.data, p.c, out.data,
+                     p.c, &p.algo, gemm_workspace_, kGemmWorkspaceBytes, stream_);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw Error(cat("cuda backend: matmul x [", M, ", ", K, "] . w [", N, ", ", K,
+                    "]^T: cublasLtMatmul: ", cublasLtGetStatusString(st)));
+  launched(cudaSuccess, "matmul");
+}
+
+}  // namespace flide

@@ -1,0 +1,207 @@
+// CudaOps::set_stream: the round's metadata on the device (DESIGN.md "A round is a flat
+// stream"). The Stream is validated once here (the kernels index it without checks, so a bad
+// index would be a silent out-of-bounds read), the ancestor paths and grid bounds are derived
+// on the host, the two tree-attention plans are built (STYLE.md #5: plan on the host, run on
+// the device), and everything is laid out in one pinned buffer that goes to the device in a
+// single cudaMemcpyAsync on the backend stream. Buffers grow geometrically and are reused.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/error.h"
+#include "kernels/attention.h"
+
+namespace flide {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr size_t kMinMetaBytes = size_t(1) << 20;
+
+size_t align_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+// The same rules as the CPU reference's set_stream (cpu_ops.cpp).
+void validate(const Stream& s) {
+  const int32_t n_tokens = s.n_tokens();
+  const int32_t n_nodes = int32_t(s.nodes.size());
+  FLIDE_CHECK(int32_t(s.positions.size()) == n_tokens && int32_t(s.token_node.size()) == n_tokens);
+  FLIDE_CHECK(!s.level_begin.empty() && s.level_begin.front() == 0 &&
+              s.level_begin.back() == n_nodes);
+  for (int32_t n = 0; n < n_nodes; ++n) {
+    const StreamNode& node = s.nodes[n];
+    FLIDE_CHECK(node.length >= 1 && node.offset >= 0 && node.offset + node.length <= n_tokens,
+                "node ", n);
+    FLIDE_CHECK(node.parent < n && (node.parent >= 0 || node.level == 0), "node ", n);
+    FLIDE_CHECK(node.parent < 0 || node.level == s.nodes[node.parent].level + 1, "node ", n);
+    FLIDE_CHECK(node.level < s.n_levels() && s.level_begin[node.level] <= n &&
+                    n < s.level_begin[node.level + 1],
+                "node ", n, " level ", node.level);
+    FLIDE_CHECK(node.slot_in < s.n_slots && node.slot_out < s.n_slots, "node ", n);
+    for (int32_t t = node.offset; t < node.offset + node.length; ++t)
+      FLIDE_CHECK(s.token_node[t] == n, "row ", t, " is not in node ", n);
+  }
+  for (int32_t t = 0; t < n_tokens; ++t)
+    FLIDE_CHECK(s.token_node[t] >= 0 && s.token_node[t] < n_nodes, "row ", t);
+  // Within a level the nodes run in parallel: no two may write one slot, and none may write a
+  // slot another node of the level reads (reading and writing its own slot_in is fine).
+  std::vector<int32_t> writer(size_t(std::max(s.n_slots, 0)), -1);
+  for (int32_t l = 0; l < s.n_levels(); ++l) {
+    for (int32_t n = s.level_begin[l]; n < s.level_begin[l + 1]; ++n) {
+      const int32_t slot = s.nodes[n].slot_out;
+      if (slot < 0) continue;
+      FLIDE_CHECK(writer[slot] < s.level_begin[l], "slot ", slot, " written twice in level ", l);
+      writer[slot] = n;
+    }
+    for (int32_t n = s.level_begin[l]; n < s.level_begin[l + 1]; ++n) {
+      const int32_t slot = s.nodes[n].slot_in;
+      FLIDE_CHECK(slot < 0 || writer[slot] < s.level_begin[l] || writer[slot] == n, "node ", n,
+                  " reads slot ", slot, " that node ", writer[slot], " writes in the same level");
+    }
+  }
+  for (int32_t r : s.out_rows) FLIDE_CHECK(r >= 0 && r < n_tokens, "out row ", r);
+  FLIDE_CHECK(s.n_full_out >= 0 && s.n_full_out <= int32_t(s.out_rows.size()));
+  FLIDE_CHECK(s.select_out.size() == s.select_ids.size());
+  for (int32_t m : s.select_out)
+    FLIDE_CHECK(m >= 0 && m < int32_t(s.out_rows.size()), "select_out ", m);
+  // Upper bounds are checked against the table by the op that reads the ids (embed,
+  // select_logits); negative ids are wrong whatever the table.
+  for (int32_t id : s.token_ids) FLIDE_CHECK(id >= 0, "negative token id ", id);
+  for (int32_t id : s.select_ids) FLIDE_CHECK(id >= 0, "negative select id ", id);
+}
+
+}  // namespace
+
+void CudaOps::set_stream(const Stream& s) {
+  have_stream_ = false;  // until this round's metadata is in place
+  validate(s);
+  const int32_t T = s.n_tokens(), N = int32_t(s.nodes.size()), L = s.n_levels();
+  const int32_t R = int32_t(s.out_rows.size()), M = int32_t(s.select_ids.size());
+
+  // Ancestor paths (root first, the node last) and the grid bounds of this round.
+  std::vector<int32_t> path_begin(size_t(N) + 1, 0), path_nodes;
+  int32_t max_level_nodes = 0, max_node_length = 0;
+  for (int32_t n = 0; n < N; ++n) {
+    const size_t first = path_nodes.size();
+    for (int32_t a = n; a >= 0; a = s.nodes[a].parent) path_nodes.push_back(a);
+    std::reverse(path_nodes.begin() + std::ptrdiff_t(first), path_nodes.end());
+    path_begin[n + 1] = int32_t(path_nodes.size());
+    max_node_length = std::max(max_node_length, s.nodes[n].length);
+  }
+  for (int32_t l = 0; l < L; ++l)
+    max_level_nodes = std::max(max_level_nodes, s.level_begin[l + 1] - s.level_begin[l]);
+
+  // Layout of the one buffer: int32 arrays, then the plans, each piece 256-byte aligned.
+  size_t end = 0;
+  auto piece = [&](size_t bytes) {
+    const size_t at = end;
+    end = align_up(end + bytes);
+    return at;
+  };
+  auto ints = [&](int64_t n) { return piece(size_t(std::max<int64_t>(n, 0)) * sizeof(int32_t)); };
+  const size_t o_token_ids = ints(T), o_positions = ints(T), o_token_node = ints(T);
+  const size_t o_parent = ints(N), o_offset = ints(N), o_length = ints(N);
+  const size_t o_slot_in = ints(N), o_slot_out = ints(N), o_level_begin = ints(L + 1);
+  const size_t o_path_begin = ints(N + 1), o_path_nodes = ints(int64_t(path_nodes.size()));
+  const size_t o_out_rows = ints(R), o_select_out = ints(M), o_select_ids = ints(M);
+  const size_t plan_all_cap = T > 0 ? kernels::attention_plan_bytes(T, N) : 0;
+  const size_t plan_out_cap = R > 0 ? kernels::attention_plan_bytes(R, N) : 0;
+  const size_t o_plan_all = piece(plan_all_cap), o_plan_out = piece(plan_out_cap);
+  const size_t total = end;
+
+  // The previous round's copy must have left the pinned buffer before it is rewritten.
+  cuda_check(cudaEventSynchronize(meta_done_), "set_stream (an earlier op failed)");
+  if (total > meta_cap_) {
+    // The device buffer may still be read by queued kernels of the previous round.
+    cuda_check(cudaStreamSynchronize(stream_), "set_stream (an earlier op failed)");
+    if (meta_dev_) cuda_check(cudaFree(meta_dev_), "set_stream: cudaFree");
+    if (meta_host_) cuda_check(cudaFreeHost(meta_host_), "set_stream: cudaFreeHost");
+    const size_t cap = std::max({total, 2 * meta_cap_, kMinMetaBytes});
+    meta_dev_ = meta_host_ = nullptr;
+    meta_cap_ = 0;
+    cuda_check(cudaMallocHost(&meta_host_, cap), "set_stream: pinned metadata buffer");
+    cuda_check(cudaMalloc(&meta_dev_, cap), "set_stream: device metadata buffer");
+    meta_cap_ = cap;
+  }
+
+  char* host = static_cast<char*>(meta_host_);
+  auto at = [&](size_t o) { return reinterpret_cast<int32_t*>(host + o); };
+  auto put = [&](size_t o, const std::vector<int32_t>& v) {
+    if (!v.empty()) std::memcpy(host + o, v.data(), v.size() * sizeof(int32_t));
+  };
+  put(o_token_ids, s.token_ids);
+  put(o_positions, s.positions);
+  put(o_token_node, s.token_node);
+  for (int32_t n = 0; n < N; ++n) {
+    const StreamNode& node = s.nodes[n];
+    at(o_parent)[n] = node.parent;
+    at(o_offset)[n] = node.offset;
+    at(o_length)[n] = node.length;
+    at(o_slot_in)[n] = node.slot_in;
+    at(o_slot_out)[n] = node.slot_out;
+  }
+  put(o_level_begin, s.level_begin);
+  put(o_path_begin, path_begin);
+  put(o_path_nodes, path_nodes);
+  put(o_out_rows, s.out_rows);
+  put(o_select_out, s.select_out);
+  put(o_select_ids, s.select_ids);
+
+  const kernels::HostTree tree{at(o_parent), at(o_offset), at(o_length), at(o_token_node), N, T};
+  tiles_all_ = tiles_out_ = 0;
+  size_t copy_bytes = o_plan_all;
+  if (T > 0) {
+    const size_t used =
+        kernels::build_attention_plan(tree, nullptr, T, host + o_plan_all, &tiles_all_);
+    FLIDE_CHECK(used <= plan_all_cap, "attention plan (all rows) overflows its bound");
+    copy_bytes = o_plan_all + used;
+  }
+  if (R > 0) {
+    const size_t used =
+        kernels::build_attention_plan(tree, at(o_out_rows), R, host + o_plan_out, &tiles_out_);
+    FLIDE_CHECK(used <= plan_out_cap, "attention plan (out rows) overflows its bound");
+    copy_bytes = o_plan_out + used;
+  }
+  if (copy_bytes > 0)
+    cuda_check(cudaMemcpyAsync(meta_dev_, meta_host_, copy_bytes, cudaMemcpyHostToDevice, stream_),
+               "set_stream: cudaMemcpyAsync");
+  cuda_check(cudaEventRecord(meta_done_, stream_), "set_stream: cudaEventRecord");
+
+  const char* dev = static_cast<const char*>(meta_dev_);
+  auto dev_ints = [&](size_t o) { return reinterpret_cast<const int32_t*>(dev + o); };
+  meta_ = kernels::TreeMeta{};
+  meta_.token_node = dev_ints(o_token_node);
+  meta_.positions = dev_ints(o_positions);
+  meta_.node_parent = dev_ints(o_parent);
+  meta_.node_offset = dev_ints(o_offset);
+  meta_.node_length = dev_ints(o_length);
+  meta_.node_slot_in = dev_ints(o_slot_in);
+  meta_.node_slot_out = dev_ints(o_slot_out);
+  meta_.level_begin = dev_ints(o_level_begin);
+  meta_.path_begin = dev_ints(o_path_begin);
+  meta_.path_nodes = dev_ints(o_path_nodes);
+  meta_.out_rows = dev_ints(o_out_rows);
+  meta_.n_tokens = T;
+  meta_.n_nodes = N;
+  meta_.max_level_nodes = max_level_nodes;
+  meta_.max_node_length = max_node_length;
+  token_ids_ = dev_ints(o_token_ids);
+  select_out_ = dev_ints(o_select_out);
+  select_ids_ = dev_ints(o_select_ids);
+  plan_all_ = dev + o_plan_all;
+  plan_out_ = dev + o_plan_out;
+
+  n_levels_ = L;
+  n_slots_ = s.n_slots;
+  n_out_ = R;
+  n_select_ = M;
+  max_token_id_ =
+      s.token_ids.empty() ? -1 : *std::max_element(s.token_ids.begin(), s.token_ids.end());
+  max_select_id_ =
+      s.select_ids.empty() ? -1 : *std::max_element(s.select_ids.begin(), s.select_ids.end());
+  have_stream_ = true;
+}
+
+}  // namespace flide

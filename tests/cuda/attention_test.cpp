@@ -1,0 +1,138 @@
+// Gated-attention ops on the CUDA backend against the CPU float64 backend: split_query_gate,
+// partial NeoX RoPE (all rows and out rows), and tree attention over the shared tree shapes
+// (roots, children, grandchildren; node lengths 1, 63, 64, 65, 130, 200) with head dims
+// 16/24/32/64/128/256 and grouped KV heads, for every row (Rows_all, the plan over the whole
+// stream) and for the out rows (Rows_out, the last layer's selective readout).
+#include <random>
+#include <tuple>
+
+#include "cuda_test_util.h"
+
+namespace flide::test {
+namespace {
+
+struct QgShape {
+  int64_t rows;
+  int heads, head_dim;
+};
+void PrintTo(const QgShape& s, std::ostream* os) {
+  *os << "rows " << s.rows << " heads " << s.heads << " hd " << s.head_dim;
+}
+
+class CudaSplitQueryGate : public CudaTestWithParam<QgShape> {};
+
+TEST_P(CudaSplitQueryGate, Exactly) {
+  const auto [R, heads, hd] = GetParam();
+  std::mt19937 gen{uint32_t(R + heads * 7 + hd)};
+  Pair p;
+  auto qg = p.put(R, int64_t(heads) * 2 * hd, random_floats(gen, R * heads * 2 * hd, -3, 3));
+  auto q = p.poison(R, int64_t(heads) * hd), gate = p.poison(R, int64_t(heads) * hd);
+  p.both([&](Ops& ops, auto v) { ops.split_query_gate(v(qg), v(q), v(gate), heads, hd); });
+  expect_exact("split_query_gate", p.got(q), p.ref(q), "query");
+  expect_exact("split_query_gate", p.got(gate), p.ref(gate), "gate");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaSplitQueryGate,
+                         ::testing::Values(QgShape{1, 1, 16}, QgShape{130, 4, 24},
+                                           QgShape{65, 8, 256}, QgShape{7, 3, 32}),
+                         [](const auto& info) {
+                           return cat(info.param.rows, "_h", info.param.heads, "_hd",
+                                      info.param.head_dim);
+                         });
+
+// ---- RoPE ----
+
+struct RopeShape {
+  int head_dim, rot_dim;
+  double theta;
+};
+void PrintTo(const RopeShape& s, std::ostream* os) {
+  *os << "hd " << s.head_dim << " rot " << s.rot_dim << " theta " << s.theta;
+}
+
+class CudaRope : public CudaTestWithParam<RopeShape> {};
+
+// Positions reach ~500 (a root starts at 300): the fp32 angle pos * inv_freq carries ~3e-5 rad
+// of rounding, far inside the bf16 output rounding that kTolBf16 is sized for.
+TEST_P(CudaRope, AllRowsAndOutRows) {
+  const auto [hd, rot, theta] = GetParam();
+  const int heads = 3;
+  std::mt19937 gen{uint32_t(hd * 13 + rot)};
+  Stream s = build_stream(tree_cases()[3].nodes, 0, gen);
+  s.out_rows = pick_out_rows(s, gen, 0.1);
+  const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size()), C = int64_t(heads) * hd;
+  Pair p;
+  p.set_stream(s);
+  auto x = p.put(T, C, random_floats(gen, T * C, -2, 2));
+  p.both([&](Ops& ops, auto v) { ops.rope(v(x), Rows::Rows_all, heads, hd, rot, theta); });
+  expect_rms("rope", p.got(x), p.ref(x), kTolBf16, cat("hd ", hd, " rot ", rot, " all rows"));
+  auto xr = p.put(R, C, random_floats(gen, R * C, -2, 2));
+  p.both([&](Ops& ops, auto v) { ops.rope(v(xr), Rows::Rows_out, heads, hd, rot, theta); });
+  expect_rms("rope", p.got(xr), p.ref(xr), kTolBf16, cat("hd ", hd, " rot ", rot, " out rows"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaRope,
+                         ::testing::Values(RopeShape{16, 4, 1e4}, RopeShape{24, 6, 1e6},
+                                           RopeShape{32, 8, 1e7}, RopeShape{32, 32, 1e4},
+                                           RopeShape{64, 16, 1e7}, RopeShape{256, 64, 1e7}),
+                         [](const auto& info) {
+                           return cat("hd", info.param.head_dim, "_rot", info.param.rot_dim);
+                         });
+
+// ---- tree attention ----
+
+struct AttnShape {
+  int heads_q, heads_kv, head_dim;
+};
+void PrintTo(const AttnShape& s, std::ostream* os) {
+  *os << "heads " << s.heads_q << "/" << s.heads_kv << " hd " << s.head_dim;
+}
+
+class CudaAttention : public CudaTestWithParam<std::tuple<TreeCase, AttnShape>> {};
+
+// Scores q.k * hd^-1/2 with q, k in [-2, 2): softmax weights from near-uniform to peaked, so
+// both the max-subtraction and the long sums are exercised.
+TEST_P(CudaAttention, AllRowsAndOutRows) {
+  const auto& [tree, shape] = GetParam();
+  const auto [hq, hkv, hd] = shape;
+  std::mt19937 gen{uint32_t(tree.nodes.size() * 101 + hq * 17 + hkv * 5 + hd)};
+  Stream s = build_stream(tree.nodes, tree.n_initial_slots, gen);
+  s.out_rows = pick_out_rows(s, gen, 0.1);
+  const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size());
+  const int64_t Cq = int64_t(hq) * hd, Ckv = int64_t(hkv) * hd;
+  const double scale = 1.0 / std::sqrt(double(hd));
+  Pair p;
+  p.set_stream(s);
+  auto k = p.put(T, Ckv, random_floats(gen, T * Ckv, -2, 2));
+  auto v = p.put(T, Ckv, random_floats(gen, T * Ckv, -1, 1));
+  const std::string context = cat(tree.name, " hq ", hq, " hkv ", hkv, " hd ", hd);
+
+  auto q = p.put(T, Cq, random_floats(gen, T * Cq, -2, 2));
+  auto out = p.poison(T, Cq);
+  p.both([&](Ops& ops, auto side) {
+    ops.attention(side(q), side(k), side(v), side(out), Rows::Rows_all, hq, hkv, hd, scale);
+  });
+  expect_rms(cat("attention hd ", hd), p.got(out), p.ref(out), kTolBf16, context + " all rows");
+
+  auto qr = p.put(R, Cq, random_floats(gen, R * Cq, -2, 2));
+  auto out_r = p.poison(R, Cq);
+  p.both([&](Ops& ops, auto side) {
+    ops.attention(side(qr), side(k), side(v), side(out_r), Rows::Rows_out, hq, hkv, hd, scale);
+  });
+  expect_rms(cat("attention hd ", hd), p.got(out_r), p.ref(out_r), kTolBf16, context + " out rows");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Trees, CudaAttention,
+    ::testing::Combine(::testing::ValuesIn(tree_cases()),
+                       ::testing::Values(AttnShape{4, 2, 16}, AttnShape{2, 2, 24},
+                                         AttnShape{4, 1, 32}, AttnShape{3, 1, 64},
+                                         AttnShape{8, 2, 128}, AttnShape{4, 1, 256})),
+    [](const auto& info) {
+      const AttnShape a = std::get<1>(info.param);
+      return cat(std::get<0>(info.param).name, "_q", a.heads_q, "_kv", a.heads_kv, "_hd",
+                 a.head_dim);
+    });
+
+}  // namespace
+}  // namespace flide::test

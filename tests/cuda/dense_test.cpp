@@ -1,0 +1,233 @@
+// Token-wise ops and the readout on the CUDA backend against the CPU float64 backend, on the
+// same bf16-exact random inputs (cuda_test_util.h): embed, rmsnorm, matmul (cuBLASLt, bf16 and
+// f32 outputs, odd and badly aligned shapes), add, silu_mul, sigmoid_mul, gather_rows,
+// copy_cols, l2norm, select_logits. Outputs start as NaN on both sides.
+#include <random>
+#include <tuple>
+
+#include "cuda_test_util.h"
+
+namespace flide::test {
+namespace {
+
+class CudaDense : public CudaTest {};
+
+TEST_F(CudaDense, EmbedCopiesRowsExactly) {
+  std::mt19937 gen(1);
+  const std::vector<NodeSpec> spec = {{-1, 130}, {0, 1}, {0, 65}, {2, 7}};
+  const Stream s = build_stream(spec, 0, gen, 57);
+  const int64_t V = 57, H = 37, T = s.n_tokens();
+  Pair p;
+  p.set_stream(s);
+  auto table = p.put(V, H, random_floats(gen, V * H, -2, 2));
+  auto out = p.poison(T, H);
+  p.both([&](Ops& ops, auto v) { ops.embed(v(table), v(out)); });
+  expect_exact("embed", p.got(out), p.ref(out));
+}
+
+struct NormShape {
+  int64_t rows, cols;
+};
+void PrintTo(const NormShape& s, std::ostream* os) {
+  *os << "[" << s.rows << ", " << s.cols << "]";
+}
+
+class CudaNorm : public CudaTestWithParam<NormShape> {};
+
+TEST_P(CudaNorm, RmsnormBothOffsetsAndInPlace) {
+  const auto [R, C] = GetParam();
+  std::mt19937 gen{uint32_t(R * 31 + C)};
+  Pair p;
+  auto x = p.put(R, C, random_floats(gen, R * C, -3, 3));
+  auto w = p.put(1, C, random_floats(gen, C, -0.5, 0.5));
+  for (bool unit_offset : {true, false}) {
+    auto out = p.poison(R, C);
+    p.both([&](Ops& ops, auto v) { ops.rmsnorm(v(x), v(w), v(out), 1e-6, unit_offset); });
+    expect_rms("rmsnorm", p.got(out), p.ref(out), kTolBf16,
+               cat("[", R, ", ", C, "] unit_offset ", unit_offset));
+  }
+  auto y = p.put(R, C, random_floats(gen, R * C, -3, 3));  // in place, as the q/k norms run
+  p.both([&](Ops& ops, auto v) { ops.rmsnorm(v(y), v(w), v(y), 1e-6, true); });
+  expect_rms("rmsnorm", p.got(y), p.ref(y), kTolBf16, "in place");
+}
+
+TEST_P(CudaNorm, L2norm) {
+  const auto [R, C] = GetParam();
+  std::mt19937 gen{uint32_t(R * 17 + C)};
+  Pair p;
+  auto x = p.put(R, C, random_floats(gen, R * C, -1, 1));
+  p.both([&](Ops& ops, auto v) { ops.l2norm(v(x), 1e-6); });
+  expect_rms("l2norm", p.got(x), p.ref(x), kTolBf16, cat("[", R, ", ", C, "]"));
+}
+
+TEST_P(CudaNorm, GatedRmsnorm) {
+  const auto [R, C] = GetParam();
+  std::mt19937 gen{uint32_t(R * 13 + C)};
+  Pair p;
+  auto o = p.put(R, C, random_floats(gen, R * C, -2, 2));
+  auto z = p.put(R, C, random_floats(gen, R * C, -3, 3));
+  auto w = p.put(1, C, random_floats(gen, C, 0.5, 1.5));
+  auto out = p.poison(R, C);
+  p.both([&](Ops& ops, auto v) { ops.gated_rmsnorm(v(o), v(z), v(w), v(out), 1e-6); });
+  expect_rms("gated_rmsnorm", p.got(out), p.ref(out), kTolBf16, cat("[", R, ", ", C, "]"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaNorm,
+                         ::testing::Values(NormShape{1, 1}, NormShape{1, 16}, NormShape{7, 37},
+                                           NormShape{130, 24}, NormShape{200, 128},
+                                           NormShape{65, 256}, NormShape{3, 1000},
+                                           NormShape{2, 4096}),
+                         [](const auto& info) {
+                           return cat(info.param.rows, "x", info.param.cols);
+                         });
+
+// ---- matmul ----
+
+struct MatmulShape {
+  int64_t M, N, K;
+};
+void PrintTo(const MatmulShape& s, std::ostream* os) {
+  *os << "M " << s.M << " N " << s.N << " K " << s.K;
+}
+
+class CudaMatmul : public CudaTestWithParam<std::tuple<MatmulShape, DType>> {};
+
+// bf16 out: one rounding of an fp32 sum (kTolBf16). f32 out: no rounding at all beyond the
+// fp32 accumulation (kTolF32Out).
+TEST_P(CudaMatmul, MatchesReference) {
+  const auto [shape, out_dtype] = GetParam();
+  const auto [M, N, K] = shape;
+  std::mt19937 gen{uint32_t(M * 7 + N * 3 + K)};
+  Pair p;
+  auto x = p.put(M, K, random_floats(gen, M * K, -1, 1));
+  auto w = p.put(N, K, random_floats(gen, N * K, -1, 1));
+  const bool f32 = out_dtype == DType::DType_f32;
+  auto out = p.poison(M, N, f32);
+  p.both([&](Ops& ops, auto v) { ops.matmul(v(x), v(w), v(out)); });
+  const std::string label = f32 ? "matmul -> f32" : "matmul -> bf16";
+  expect_rms(label, p.got(out), p.ref(out), f32 ? kTolF32Out : kTolBf16,
+             cat("M ", M, " N ", N, " K ", K));
+  if (M > 1) {  // x and out one row further: pointers only 2-byte aligned for odd K / N
+    auto out2 = p.poison(M - 1, N, f32);
+    p.both([&](Ops& ops, auto v) { ops.matmul(v(x.rows_from(1)), v(w), v(out2)); });
+    expect_rms(label + " (offset rows)", p.got(out2), p.ref(out2), f32 ? kTolF32Out : kTolBf16,
+               cat("M ", M - 1, " N ", N, " K ", K));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaMatmul,
+    ::testing::Combine(::testing::Values(MatmulShape{1, 1, 1}, MatmulShape{7, 13, 5},
+                                         MatmulShape{37, 53, 29}, MatmulShape{130, 96, 48},
+                                         MatmulShape{200, 1000, 64}, MatmulShape{64, 64, 256},
+                                         MatmulShape{1, 300, 48}, MatmulShape{513, 40, 80},
+                                         MatmulShape{260, 2048, 1024}),
+                       ::testing::Values(DType::DType_bf16, DType::DType_f32)),
+    [](const auto& info) {
+      const MatmulShape s = std::get<0>(info.param);
+      return cat(s.M, "x", s.N, "x", s.K, "_",
+                 std::get<1>(info.param) == DType::DType_f32 ? "f32" : "bf16");
+    });
+
+TEST_F(CudaDense, MatmulWithEmptyInnerDimensionIsZero) {
+  Pair p;
+  auto x = p.put(3, 0, {});
+  auto w = p.put(5, 0, {});
+  auto out = p.poison(3, 5);
+  p.both([&](Ops& ops, auto v) { ops.matmul(v(x), v(w), v(out)); });
+  for (double d : p.got(out)) EXPECT_EQ(d, 0.0);
+}
+
+// ---- elementwise ----
+
+class CudaElementwise : public CudaTestWithParam<int64_t> {};
+
+TEST_P(CudaElementwise, AddSiluMulSigmoidMul) {
+  const int64_t n = GetParam();
+  std::mt19937 gen{uint32_t(n)};
+  Pair p;
+  auto acc = p.put(1, n, random_floats(gen, n, -4, 4));
+  auto x = p.put(1, n, random_floats(gen, n, -4, 4));
+  p.both([&](Ops& ops, auto v) { ops.add(v(acc), v(x)); });
+  expect_rms("add", p.got(acc), p.ref(acc), kTolBf16, cat("n ", n));
+
+  auto gate = p.put(1, n, random_floats(gen, n, -6, 6));
+  auto up = p.put(1, n, random_floats(gen, n, -2, 2));
+  auto out = p.poison(1, n);
+  p.both([&](Ops& ops, auto v) { ops.silu_mul(v(gate), v(up), v(out)); });
+  expect_rms("silu_mul", p.got(out), p.ref(out), kTolBf16, cat("n ", n));
+  p.both([&](Ops& ops, auto v) { ops.silu_mul(v(gate), v(up), v(gate)); });  // out aliases gate
+  expect_rms("silu_mul", p.got(gate), p.ref(gate), kTolBf16, cat("n ", n, " in place"));
+
+  auto y = p.put(1, n, random_floats(gen, n, -2, 2));
+  auto g2 = p.put(1, n, random_floats(gen, n, -6, 6));
+  p.both([&](Ops& ops, auto v) { ops.sigmoid_mul(v(y), v(g2)); });
+  expect_rms("sigmoid_mul", p.got(y), p.ref(y), kTolBf16, cat("n ", n));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaElementwise,
+                         ::testing::Values(int64_t(1), int64_t(7), int64_t(1000), int64_t(4097),
+                                           int64_t(1) << 20));
+
+// ---- row and column movement ----
+
+TEST_F(CudaDense, GatherRowsBf16AndF32Exactly) {
+  std::mt19937 gen(3);
+  const Stream base = build_stream(tree_cases()[2].nodes, 0, gen);
+  Stream s = base;
+  s.out_rows = pick_out_rows(s, gen, 0.1);
+  const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size());
+  Pair p;
+  p.set_stream(s);
+  for (bool f32 : {false, true}) {
+    for (int64_t C : {int64_t(1), int64_t(37), int64_t(256)}) {
+      auto x = p.put(T, C, random_floats(gen, T * C, -5, 5), f32);
+      auto out = p.poison(R, C, f32);
+      p.both([&](Ops& ops, auto v) { ops.gather_rows(v(x), v(out)); });
+      expect_exact(f32 ? "gather_rows f32" : "gather_rows bf16", p.got(out), p.ref(out),
+                   cat("cols ", C));
+    }
+  }
+}
+
+TEST_F(CudaDense, CopyColsExactly) {
+  std::mt19937 gen(4);
+  Pair p;
+  const int64_t R = 67, C = 80;
+  auto x = p.put(R, C, random_floats(gen, R * C, -5, 5));
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 16}, {16, 16}, {32, 48},
+                                                           {3, 1},  {79, 1},  {0, 80}};
+  for (const auto& [begin, width] : ranges) {
+    auto out = p.poison(R, width);
+    p.both([&](Ops& ops, auto v) { ops.copy_cols(v(x), begin, v(out)); });
+    expect_exact("copy_cols", p.got(out), p.ref(out), cat("cols [", begin, ", +", width, ")"));
+  }
+}
+
+// ---- readout ----
+
+TEST_F(CudaDense, SelectLogits) {
+  std::mt19937 gen(5);
+  Stream s = build_stream(tree_cases()[3].nodes, 0, gen);
+  s.out_rows = pick_out_rows(s, gen, 0.05);
+  const int64_t R = int64_t(s.out_rows.size()), V = 301;
+  std::uniform_int_distribution<int> row(0, int(R) - 1), id(0, int(V) - 1);
+  for (int m = 0; m < 200; ++m) {
+    s.select_out.push_back(row(gen));
+    s.select_ids.push_back(id(gen));
+  }
+  s.select_ids.push_back(int32_t(V) - 1);  // the last row of the LM head
+  s.select_out.push_back(int32_t(R) - 1);
+  for (int64_t H : {int64_t(40), int64_t(1024)}) {
+    Pair p;
+    p.set_stream(s);
+    auto h = p.put(R, H, random_floats(gen, R * H, -1, 1));
+    auto w = p.put(V, H, random_floats(gen, V * H, -1, 1));
+    auto out = p.poison(int64_t(s.select_ids.size()), 1, true);
+    p.both([&](Ops& ops, auto v) { ops.select_logits(v(h), v(w), v(out)); });
+    expect_rms("select_logits", p.got(out), p.ref(out), kTolF32Out, cat("H ", H));
+  }
+}
+
+}  // namespace
+}  // namespace flide::test
