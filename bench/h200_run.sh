@@ -19,7 +19,11 @@ bash scripts/device_build.sh > "$out/build.log" 2>&1 || { tail -50 "$out/build.l
 echo "build: $(( $(date +%s) - start )) s"
 flide=build-gpu/tools/cli/flide
 
-./build-gpu/tests/cuda/test_cuda 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (PASSED|FAILED)|FAILED|TVD|tvd|max|top-1" | head -60
+# One process per test: a kernel fault cannot take the rest of the suite down with it.
+FLIDE_CUDA_SYNC_CHECK=1 ctest --test-dir build-gpu -R Cuda -j4 --timeout 120 > "$out/test_cuda.log" 2>&1
+grep -E "tests passed|Failed|\*\*\*" "$out/test_cuda.log" | head -40
+./build-gpu/tests/cuda/test_cuda --gtest_filter='*Model*' > "$out/test_cuda_model.log" 2>&1
+grep -vE "^\[ +(RUN|OK) " "$out/test_cuda_model.log" | tail -40
 
 for shape in ${shapes//,/ }; do
   for w in ${workloads//,/ }; do
