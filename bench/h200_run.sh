@@ -1,39 +1,62 @@
 #!/usr/bin/env bash
-# One device call on the H200: build with CUDA, run the GPU test suite, then `flide bench`
-# (fork and independent side by side) and the HF transformers peer on the same workloads.
-# Results land in $OUT (default ./h200-out). Usage, from the repo root on the device:
-#   bash bench/h200_run.sh [SHAPES] [WORKLOADS] [PEER_SHAPES]
-# SHAPES / PEER_SHAPES: comma lists of config names in .devcarry/configs (qwen3_5_0_8b, ...).
+# One device call on the H200: build with CUDA, then the steps asked for, each writing under
+# $OUT (default ./h200-out). Run from the repo root on the device:
+#   STEPS=tests,bench,peers SHAPES=qwen3_5_0_8b bash bench/h200_run.sh
+# steps: tests (GPU suite, one process per test), model_tests (the model-level GPU tests only),
+#   bf16ref (HF transformers' own bf16 error on the fixtures), bench (flide bench, fork and
+#   independent), profile (per-op GPU time of one round), tvd (CUDA bf16 vs CPU f32 on random
+#   weights of each shape), peers (HF transformers on the same workloads).
+# SHAPES / PEER_SHAPES: comma lists of config names in .devcarry/configs; WORKLOADS, REPS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-h200-out}
 mkdir -p "$out"
-shapes=${1:-qwen3_5_0_8b}
-workloads=${2:-race_all,race_one,quality_all,quality_one,multirc_all}
-peer_shapes=${3:-}
+steps=",${STEPS:-tests,bench},"
+shapes=${SHAPES:-qwen3_5_0_8b}
+peer_shapes=${PEER_SHAPES:-$shapes}
+workloads=${WORKLOADS:-race_all,race_one,quality_all,quality_one,multirc_all}
+reps=${REPS:-20}
 configs=.devcarry/configs
+flide=build-gpu/tools/cli/flide
+has() { [[ $steps == *",$1,"* ]]; }
 
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 start=$(date +%s)
 bash scripts/device_build.sh > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
-flide=build-gpu/tools/cli/flide
 
-# One process per test: a kernel fault cannot take the rest of the suite down with it.
-FLIDE_CUDA_SYNC_CHECK=1 ctest --test-dir build-gpu -R Cuda -j4 --timeout 120 > "$out/test_cuda.log" 2>&1
-grep -E "tests passed|Failed|\*\*\*" "$out/test_cuda.log" | head -40
-./build-gpu/tests/cuda/test_cuda --gtest_filter='*Model*' > "$out/test_cuda_model.log" 2>&1
-grep -vE "^\[ +(RUN|OK) " "$out/test_cuda_model.log" | tail -40
-
+if has tests; then
+  # One process per test: a kernel fault cannot take the rest of the suite down with it.
+  FLIDE_CUDA_SYNC_CHECK=1 ctest --test-dir build-gpu -R Cuda -j4 --timeout 120 > "$out/test_cuda.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$out/test_cuda.log" | head -40
+fi
+if has tests || has model_tests; then
+  ./build-gpu/tests/cuda/test_cuda --gtest_filter='*CudaModel*' > "$out/test_cuda_model.log" 2>&1
+  grep -vE "^\[ +(RUN|OK) " "$out/test_cuda_model.log" | tail -25
+fi
+has bf16ref && python3 tools/golden/hf_bf16_error.py models/flide-tiny-random \
+    tests/data/golden_gqa tests/data/golden_tied_sharded 2>&1 | tee "$out/hf_bf16.txt" | grep worst
 for shape in ${shapes//,/ }; do
-  for w in ${workloads//,/ }; do
-    $flide bench --config "$configs/$shape.json" --workload "$w" --device cuda --mode both \
-        --reps 20 --warmup 3 --json 2>&1 | tee -a "$out/bench.jsonl"
+  if has bench; then
+    for w in ${workloads//,/ }; do
+      $flide bench --config "$configs/$shape.json" --workload "$w" --device cuda --mode both \
+          --reps "$reps" --warmup 3 --json 2>&1 | tee -a "$out/bench.jsonl" | cut -c1-400
+    done
+  fi
+  if has profile; then
+    for w in race_all quality_all; do
+      $flide bench --config "$configs/$shape.json" --workload "$w" --device cuda --mode fork \
+          --reps 3 --warmup 2 --profile > /dev/null 2>> "$out/profile.txt"
+    done
+    tail -60 "$out/profile.txt"
+  fi
+  has tvd && python3 bench/tvd_vs_f32.py --flide "$flide" --config "$configs/$shape.json" \
+      --requests "${TVD_REQUESTS:-6}" 2>&1 | tee -a "$out/tvd.jsonl"
+done
+if has peers; then
+  for shape in ${peer_shapes//,/ }; do
+    python3 bench/peers/hf_decide.py --config "$configs/$shape.json" --workloads "$workloads" \
+        --reps 5 --warmup 2 --time-limit "${PEER_SECONDS:-150}" --out "$out/peers.jsonl" 2>&1 | tail -12
   done
-done
-
-for shape in ${peer_shapes//,/ }; do
-  python3 bench/peers/hf_decide.py --config "$configs/$shape.json" --workloads "$workloads" \
-      --reps 5 --warmup 2 --time-limit 200 --out "$out/peers.jsonl" 2>&1 | tail -20
-done
+fi
 echo "total: $(( $(date +%s) - start )) s"

@@ -18,5 +18,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# The CUDA backend is compiled wherever nvcc is (CI has it, without a GPU: its tests skip there).
+cuda_flags=()
+nvcc=$(command -v nvcc || true)
+[[ -z $nvcc && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
+[[ -n $nvcc ]] && cuda_flags=(-DFLIDE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc")
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" "$@" >/dev/null
 cmake --build build -j"$(nproc)"

@@ -18,6 +18,13 @@
 
 namespace flide {
 
+// A position in the scratch arena (opaque to callers).
+struct ScratchMark {
+  const void* block = nullptr;
+  int64_t used = 0;
+  int64_t cap = 0;
+};
+
 struct View {
   void* data = nullptr;
   int64_t rows = 0;
@@ -53,6 +60,11 @@ class Ops {
   // low precision would ruin: recurrent state, decay gates, logits.
   virtual View scratch_f32(int64_t rows, int64_t cols) = 0;
   virtual void reset_scratch() = 0;
+  // Scratch taken after a mark is handed out again after rewinding to it: the model releases a
+  // layer's temporaries this way, so a round needs one layer's activations, not all of them.
+  // Ops already queued keep their memory valid (one stream, in order).
+  virtual ScratchMark scratch_mark() const = 0;
+  virtual void scratch_rewind(const ScratchMark& mark) = 0;
   virtual void upload(View dst, const float* src) = 0;    // host float -> dst (exact for f32/f64)
   virtual void download(View src, double* dst) = 0;       // dst -> host double
   virtual void fill_zero(View dst) = 0;

@@ -159,22 +159,24 @@ class Qwen35Model final : public Model {
     stream_ = &s;
     const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size()), H = cfg_.hidden_size;
 
-    View x = ops_.scratch(T, H);  // residual stream [T, H]; [R, H] after the last mixer
+    View x = ops_.scratch(T, H);   // residual stream [T, H]
+    View xr = ops_.scratch(R, H);  // the out rows' residual from the last mixer on
     ops_.embed(embed_, x);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerWeights& w = layers_[l];
       const bool last = l + 1 == layers_.size();
+      const ScratchMark layer_start = ops_.scratch_mark();  // the layer's temporaries after it
       View h = ops_.scratch(T, H);
       ops_.rmsnorm(x, w.input_norm, h, cfg_.rms_norm_eps, true);
       View mixed = w.type == LayerType::LayerType_linear_attention ? gated_deltanet(w.gdn, h, last)
                                                                     : attention(w.attn, h, last);
       if (last) {  // selective readout: from here on only the out rows
-        View xr = ops_.scratch(R, H);
         ops_.gather_rows(x, xr);
         x = xr;
       }
       ops_.add(x, mixed);
       mlp(w, x);
+      ops_.scratch_rewind(layer_start);
     }
     View hn = ops_.scratch(R, H);
     ops_.rmsnorm(x, final_norm_, hn, cfg_.rms_norm_eps, true);

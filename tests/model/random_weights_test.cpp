@@ -161,6 +161,8 @@ class MatmulRecorder final : public Ops {
   View scratch(int64_t r, int64_t c) override { return in_.scratch(r, c); }
   View scratch_f32(int64_t r, int64_t c) override { return in_.scratch_f32(r, c); }
   void reset_scratch() override { in_.reset_scratch(); }
+  ScratchMark scratch_mark() const override { return in_.scratch_mark(); }
+  void scratch_rewind(const ScratchMark& m) override { in_.scratch_rewind(m); }
   void upload(View d, const float* s) override { in_.upload(d, s); }
   void download(View s, double* d) override { in_.download(s, d); }
   void fill_zero(View d) override { in_.fill_zero(d); }

@@ -113,4 +113,18 @@ std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
+uint64_t parse_seed(const std::optional<std::string>& value) {
+  if (!value) return 0;
+  size_t used = 0;
+  uint64_t n = 0;
+  try {
+    n = std::stoull(*value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value->size() || value->empty() || (*value)[0] == '-')
+    throw Error(cat("--seed: \"", *value, "\" is not a non-negative integer"));
+  return n;
+}
+
 }  // namespace flide::cli

@@ -55,6 +55,9 @@ LoadedModel load_model_on(const std::filesystem::path& dir, const BackendChoice&
 LoadedModel load_random_model_on(const std::filesystem::path& config_file,
                                  const BackendChoice& backend, uint64_t seed);
 
+// --seed: a non-negative integer, 0 when absent.
+uint64_t parse_seed(const std::optional<std::string>& value);
+
 std::string read_file(const std::filesystem::path& path);  // Error naming the file
 std::string read_stdin();
 

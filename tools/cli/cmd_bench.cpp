@@ -81,20 +81,6 @@ int parse_count(const std::optional<std::string>& value, const char* flag, int f
   return int(n);
 }
 
-uint64_t parse_seed(const std::optional<std::string>& value) {
-  if (!value) return 0;
-  size_t used = 0;
-  uint64_t n = 0;
-  try {
-    n = std::stoull(*value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value->size() || value->empty() || (*value)[0] == '-')
-    throw Error(cat("--seed: \"", *value, "\" is not a non-negative integer"));
-  return n;
-}
-
 std::vector<ExecMode> parse_modes(const std::optional<std::string>& value) {
   if (value && *value == "both") return {ExecMode::ExecMode_fork, ExecMode::ExecMode_independent};
   try {

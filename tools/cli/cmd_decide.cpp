@@ -25,7 +25,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr const char* kUsage = R"(usage: flide decide --model DIR --input FILE.jsonl [options]
+constexpr const char* kUsage = R"(usage: flide decide (--model DIR | --config CONFIG.json) --input FILE.jsonl [options]
 
 Answers decision requests: one JSON object per input line, either text
   {"id": ..., "context": "...",
@@ -46,6 +46,9 @@ when unreadable) and the same message on stderr; the other lines are still answe
 
 options:
   --model DIR         model directory (config.json, safetensors; tokenizer.json for text)
+  --config FILE       instead of --model: random weights of a config.json's shapes (token-id
+                      requests only; e.g. to compare devices on a real Qwen3.5 size)
+  --seed N            random-weight seed with --config (default: 0)
   --input FILE        the requests (JSONL)
   --output FILE       where to write the answers (default: stdout)
   --device cpu|cuda   where to compute (default: cpu; cuda: GPU 0)
@@ -148,6 +151,8 @@ std::string dump(const json& value) {
 
 int cmd_decide(const std::vector<std::string>& argv) {
   const Args args = Args::parse(argv, {{"model", true},
+                                       {"config", true},
+                                       {"seed", true},
                                        {"input", true},
                                        {"output", true},
                                        {"device", true},
@@ -159,7 +164,9 @@ int cmd_decide(const std::vector<std::string>& argv) {
     std::cout << kUsage;
     return kExitOk;
   }
-  const std::filesystem::path model_dir = args.required("model");
+  if (args.has("model") == args.has("config"))
+    throw Error("give exactly one of --model DIR and --config CONFIG.json");
+  const std::filesystem::path model_dir = args.value("model").value_or("");
   const std::string input_path = args.required("input");
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
@@ -174,13 +181,19 @@ int cmd_decide(const std::vector<std::string>& argv) {
     out = &output_file;
   }
 
-  LoadedModel loaded = load_model_on(model_dir, backend);
+  LoadedModel loaded = args.has("config")
+                           ? load_random_model_on(*args.value("config"), backend,
+                                                  parse_seed(args.value("seed")))
+                           : load_model_on(model_dir, backend);
   std::vector<Entry> entries = parse_lines(input, loaded.model->info().vocab_size);
 
   // Only text requests need the tokenizer; a model directory without one serves token ids.
   std::optional<Tokenizer> tokenizer;
   for (const Entry& entry : entries) {
     if (!entry.request || !entry.request->is_text) continue;
+    if (model_dir.empty())
+      throw Error(cat("line ", entry.line, " is a text request; random weights (--config) take "
+                      "token ids only"));
     const std::filesystem::path path = model_dir / "tokenizer.json";
     if (!std::filesystem::exists(path))
       throw Error(cat(path, " not found; line ", entry.line,

@@ -90,6 +90,14 @@ View CpuOps<T>::scratch(int64_t rows, int64_t cols) {
   return {p, rows, cols, dtype()};
 }
 
+// Blocks added after the mark stay owned (merged at the next reset) but are no longer carved.
+template <typename T>
+void CpuOps<T>::scratch_rewind(const ScratchMark& mark) {
+  scratch_.block = static_cast<T*>(const_cast<void*>(mark.block));
+  scratch_.used = mark.used;
+  scratch_.cap = mark.cap;
+}
+
 // The reference computes everything in T, so "at least float32" is simply T.
 template <typename T>
 View CpuOps<T>::scratch_f32(int64_t rows, int64_t cols) {

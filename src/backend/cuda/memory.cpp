@@ -179,6 +179,14 @@ View CudaOps::scratch_f32(int64_t rows, int64_t cols) {
   return scratch_bytes(rows, cols, DType::DType_f32);
 }
 
+// Blocks added after the mark stay owned (queued kernels may still use them; merged at the next
+// reset) but are no longer carved.
+void CudaOps::scratch_rewind(const ScratchMark& mark) {
+  scratch_.block = static_cast<char*>(const_cast<void*>(mark.block));
+  scratch_.used = size_t(mark.used);
+  scratch_.cap = size_t(mark.cap);
+}
+
 void CudaOps::reset_scratch() {
   if (scratch_.blocks.size() > 1) {  // merge, so that the next round fits in one block
     cuda_check(cudaStreamSynchronize(stream_), "reset_scratch (an earlier op failed)");
