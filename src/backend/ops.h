@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/stream.h"
@@ -126,6 +127,16 @@ class Ops {
   // out[m] = h[select_out[m]] . w[select_ids[m]] for the Stream's select entries; h [R, H],
   // w [V, H], out [M, 1].
   virtual void select_logits(View h, View w, View out) = 0;
+
+  // ---- diagnostics ----
+  // Per-op device time (CUDA: backend/cuda/profiler.h): turning profiling on starts a fresh
+  // profile; profile_report() is a table of time per op since then. The only two non-pure
+  // members: they are no-ops by default because the CPU backend has nothing to report (its ops
+  // run synchronously; a host profiler sees them), and the model never calls them, so the op
+  // interface above stays what the model is written against; only front ends (flide bench
+  // --profile) reach them through an Ops&.
+  virtual void set_profiling(bool /*enable*/) {}
+  virtual std::string profile_report() { return {}; }
 };
 
 std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads);  // DType_f32 or DType_f64

@@ -7,6 +7,9 @@
 // Timing: every round is one Executor::run followed by Ops::synchronize, on a steady clock;
 // warm-up rounds first (allocation, caches, lazy initialisation), then --reps timed rounds,
 // summarised by median and p10/p90 (linear interpolation between order statistics).
+// --profile (cuda) adds one round per mode after the timed ones, with the backend's per-op
+// event timing on (backend/cuda/profiler.h), and prints its table to stderr; that round is in
+// none of the timings.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -61,6 +64,9 @@ options:
   --seed N            random weights and synthetic token ids (default: 0)
   --threads N         CPU threads (default: all cores; cpu only)
   --json              one JSON line instead of the table
+  --profile           cuda only: one more round per mode after the timed ones, with per-op
+                      GPU timing (time per op, GEMM shapes, GPU idle between ops); its table
+                      goes to stderr, and the timings above do not include it
   --help              this text
 )";
 
@@ -141,10 +147,11 @@ struct ModeResult {
   std::vector<GemmShape> gemms;
   Summary floor;       // ms
   double gemm_flop = 0;
+  std::string profile;  // the backend's report of the profiled round (--profile)
 };
 
-ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, int warmup,
-                     int reps) {
+ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, int warmup, int reps,
+                     bool profile) {
   ModeResult result;
   result.mode = mode;
   GemmRecorder recorder(model);
@@ -160,6 +167,16 @@ ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, in
     const double elapsed = ms_since(start);
     if (round >= warmup) ms.push_back(elapsed);
     result.tokens = stats.tokens_computed;
+  }
+  if (profile) {  // one more round, untimed, with per-op events
+    recorder.recording = false;
+    ops.synchronize();
+    ops.set_profiling(false);  // turning it on starts a fresh profile
+    ops.set_profiling(true);
+    executor.run({tree}, mode, nullptr);
+    ops.synchronize();
+    result.profile = ops.profile_report();
+    ops.set_profiling(false);
   }
   result.latency = summarize(ms);
   result.gemms = std::move(recorder.shapes);
@@ -266,6 +283,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                                        {"seed", true},
                                        {"threads", true},
                                        {"json", false},
+                                       {"profile", false},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -282,6 +300,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int warmup = parse_count(args.value("warmup"), "warmup", 3, 0);
   const uint64_t seed = parse_seed(args.value("seed"));
   const bool as_json = args.has("json");
+  const bool profile = args.has("profile");
+  if (profile && backend.device != Device::Device_cuda)
+    throw Error("--profile times the CUDA backend's ops: it needs --device cuda");
 
   const bool random = args.has("config");
   const std::string source = random ? args.required("config") : args.required("model");
@@ -297,12 +318,23 @@ int cmd_bench(const std::vector<std::string>& argv) {
 
   std::vector<ModeResult> results;
   for (ExecMode mode : modes)
-    results.push_back(time_mode(*loaded.model, *loaded.ops, workload.tree, mode, warmup, reps));
+    results.push_back(
+        time_mode(*loaded.model, *loaded.ops, workload.tree, mode, warmup, reps, profile));
   GemmFloor floor(*loaded.ops, seed);
   for (ModeResult& r : results) r.floor = floor.time(r.gemms, warmup, reps);
   const bool both = results.size() == 2;
   const double latency_ratio = both ? results[1].latency.median / results[0].latency.median : 0;
   const double token_ratio = both ? double(results[1].tokens) / double(results[0].tokens) : 0;
+  // Profiles go to stderr, after the results (stdout flushed first, for a shared terminal).
+  const auto print_profiles = [&] {
+    if (!profile) return;
+    std::fflush(stdout);
+    for (const ModeResult& r : results)
+      std::fprintf(stderr,
+                   "\nprofile: one extra %s round after the timed ones (median %.3f ms; this "
+                   "round is not in the timings)\n%s",
+                   std::string(mode_name(r.mode)).c_str(), r.latency.median, r.profile.c_str());
+  };
 
   if (as_json) {
     json runs = json::array();
@@ -334,6 +366,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
       out["independent_over_fork_tokens"] = token_ratio;
     }
     std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+    std::cout.flush();
+    print_profiles();
     return kExitOk;
   }
 
@@ -354,6 +388,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                 r.floor.median > 0 ? r.gemm_flop / (r.floor.median * 1e-3) / 1e12 : 0.0);
   if (both)
     std::printf("independent / fork: latency %.2fx, tokens %.2fx\n", latency_ratio, token_ratio);
+  print_profiles();
   return kExitOk;
 }
 

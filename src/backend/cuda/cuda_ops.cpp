@@ -62,6 +62,7 @@ void CudaOps::embed(View table, View out) {
   const bf16* tp = as_bf16(table, "embed", "table");
   bf16* op = as_bf16(out, "embed", "out");
   if (out.size() == 0) return;
+  op_begin();
   launched(kernels::embed(token_ids_, tp, op, T, table.cols, stream_), "embed");
 }
 
@@ -72,6 +73,7 @@ void CudaOps::rmsnorm(View x, View w, View out, double eps, bool unit_offset) {
   const bf16* wp = as_bf16(w, "rmsnorm", "w");
   bf16* op = as_bf16(out, "rmsnorm", "out");
   if (x.size() == 0) return;
+  op_begin();
   launched(kernels::rmsnorm(xp, wp, op, x.rows, x.cols, float(eps), unit_offset, stream_),
            "rmsnorm");
 }
@@ -81,6 +83,7 @@ void CudaOps::add(View acc, View x) {
   bf16* ap = as_bf16(acc, "add", "acc");
   const bf16* xp = as_bf16(x, "add", "x");
   if (acc.size() == 0) return;
+  op_begin();
   launched(kernels::add(ap, xp, acc.size(), stream_), "add");
 }
 
@@ -91,6 +94,7 @@ void CudaOps::silu_mul(View gate, View up, View out) {
   const bf16* up_p = as_bf16(up, "silu_mul", "up");
   bf16* op = as_bf16(out, "silu_mul", "out");
   if (out.size() == 0) return;
+  op_begin();
   launched(kernels::silu_mul(gp, up_p, op, out.size(), stream_), "silu_mul");
 }
 
@@ -99,6 +103,7 @@ void CudaOps::sigmoid_mul(View x, View gate) {
   bf16* xp = as_bf16(x, "sigmoid_mul", "x");
   const bf16* gp = as_bf16(gate, "sigmoid_mul", "gate");
   if (x.size() == 0) return;
+  op_begin();
   launched(kernels::sigmoid_mul(xp, gp, x.size(), stream_), "sigmoid_mul");
 }
 
@@ -111,6 +116,7 @@ void CudaOps::gather_rows(View x, View out) {
   FLIDE_CHECK(x.dtype == out.dtype && (x.dtype == DType::DType_bf16 || x.dtype == DType::DType_f32),
               "cuda gather_rows: x is ", dtype_name(x.dtype), ", out is ", dtype_name(out.dtype));
   if (out.size() == 0) return;
+  op_begin();
   launched(kernels::gather_rows(x.data, meta_.out_rows, out.data, out.rows, out.cols,
                                 int(dtype_size(x.dtype)), stream_),
            "gather_rows");
@@ -123,12 +129,14 @@ void CudaOps::copy_cols(View x, int64_t col_begin, View out) {
   const bf16* xp = as_bf16(x, "copy_cols", "x");
   bf16* op = as_bf16(out, "copy_cols", "out");
   if (out.size() == 0) return;
+  op_begin();
   launched(kernels::copy_cols(xp, x.cols, col_begin, op, x.rows, out.cols, stream_), "copy_cols");
 }
 
 void CudaOps::l2norm(View x, double eps) {
   bf16* xp = as_bf16(x, "l2norm", "x");
   if (x.size() == 0) return;
+  op_begin();
   launched(kernels::l2norm(xp, x.rows, x.cols, float(eps), stream_), "l2norm");
 }
 
@@ -144,6 +152,7 @@ void CudaOps::split_query_gate(View qg, View q, View gate, int heads, int head_d
   bf16* qp = as_bf16(q, "split_query_gate", "q");
   bf16* gp = as_bf16(gate, "split_query_gate", "gate");
   if (q.size() == 0) return;
+  op_begin();
   launched(kernels::split_query_gate(qgp, qp, gp, qg.rows, heads, head_dim, stream_),
            "split_query_gate");
 }
@@ -156,6 +165,7 @@ void CudaOps::rope(View x, Rows which, int heads, int head_dim, int rot_dim, dou
               rot_dim);
   bf16* xp = as_bf16(x, "rope", "x");
   if (x.size() == 0) return;
+  op_begin();
   launched(kernels::rope(xp, meta_.positions, rows_ptr(which), x.rows, heads, head_dim, rot_dim,
                          float(theta), stream_),
            "rope");
@@ -182,6 +192,7 @@ void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_
   bf16* op = as_bf16(out, "attention", "out");
   if (R == 0) return;
   const bool all = which == Rows::Rows_all;
+  op_begin();
   launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                    all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
                                    heads_q, heads_kv, head_dim, float(scale), stream_),
@@ -207,6 +218,7 @@ void CudaOps::causal_conv_silu(View x, View w, View window, View out, int level)
   bf16* winp = as_bf16(window, "causal_conv_silu", "window");
   bf16* op = as_bf16(out, "causal_conv_silu", "out");
   if (x.size() == 0) return;
+  op_begin();
   launched(kernels::causal_conv_silu(xp, wp, winp, op, C, int(K), level, meta_, stream_),
            "causal_conv_silu");
 }
@@ -224,6 +236,7 @@ void CudaOps::gdn_gates(View a, View b, View A_log, View dt_bias, View g, View b
   float* gp = as_f32(g, "gdn_gates", "g");
   float* betap = as_f32(beta, "gdn_gates", "beta");
   if (a.size() == 0) return;
+  op_begin();
   launched(kernels::gdn_gates(ap, bp, alp, dtp, gp, betap, a.rows, int(Hv), stream_), "gdn_gates");
 }
 
@@ -266,6 +279,7 @@ void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View ou
     cuda_check(cudaMalloc(&gdn_workspace_, cap), cat("gdn: workspace of ", cap, " bytes").c_str());
     gdn_workspace_cap_ = cap;
   }
+  op_begin();
   launched(kernels::gdn_chunked(qp, kp, vp, gp, betap, sp, op, gdn_workspace_, heads_k, heads_v,
                                 dim_k, dim_v, level, meta_, stream_),
            "gdn");
@@ -282,6 +296,7 @@ void CudaOps::gated_rmsnorm(View o, View z, View w, View out, double eps) {
   const bf16* wp = as_bf16(w, "gated_rmsnorm", "w");
   bf16* outp = as_bf16(out, "gated_rmsnorm", "out");
   if (o.size() == 0) return;
+  op_begin();
   launched(kernels::gated_rmsnorm(op, zp, wp, outp, o.rows, D, float(eps), stream_),
            "gated_rmsnorm");
 }
@@ -300,6 +315,7 @@ void CudaOps::select_logits(View h, View w, View out) {
   const bf16* wp = as_bf16(w, "select_logits", "w");
   float* outp = as_f32(out, "select_logits", "out");
   if (M == 0) return;
+  op_begin();
   launched(kernels::select_logits(hp, wp, select_out_, select_ids_, outp, M, H, stream_),
            "select_logits");
 }

@@ -10,6 +10,7 @@
 //                      the two tree-attention plans (Rows_all, Rows_out) in one pinned copy
 //   gemm.cpp           matmul (cuBLASLt, descriptors and heuristics cached per shape)
 //   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace)
+//   profiler.cpp       set_profiling / profile_report: per-op GPU time (profiler.h)
 //
 // Errors: a launch that fails throws flide::Error naming the op and cudaGetErrorString. Kernel
 // faults are asynchronous and surface at the next download()/synchronize(); set the environment
@@ -28,10 +29,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/profiler.h"
 #include "backend/ops.h"
 #include "backend/stream.h"
 #include "kernels/tree_meta.h"
@@ -89,6 +92,15 @@ class CudaOps final : public Ops {
 
   void select_logits(View h, View w, View out) override;
 
+  // Per-op GPU time (profiler.h). Turning it on starts a fresh profile (the first time, it
+  // creates the event pool); turning it off keeps the totals for profile_report, which waits
+  // for the stream if ops are still pending. Also on from construction when the environment
+  // variable FLIDE_PROFILE=1: then the report goes to stderr when the backend is destroyed, if
+  // profiling is still on. When off, an op pays one bool test.
+  void set_profiling(bool enable) override;
+  std::string profile_report() override;
+  void reset_profile();
+
   // One line for the CLI: device name, SMs, memory, and what the backend holds.
   std::string describe() const;
   cudaStream_t stream() const { return stream_; }
@@ -117,9 +129,23 @@ class CudaOps final : public Ops {
   const int32_t* rows_ptr(Rows which) const;  // device q_rows for `which` (nullptr: all rows)
   void check_level(int level, const char* op) const;
 
+  // Profiling hooks: op_begin right before an op's launches (m, n, k: a matmul's shape),
+  // op_end (called by launched) right after them.
+  void op_begin(int64_t m = 0, int64_t n = 0, int64_t k = 0) {
+    if (profiling_) profiler_->begin(m, n, k);
+  }
+  void op_end(const char* op) {
+    if (profiling_) profiler_->end(op);
+  }
+  void profile_from_env();          // constructor: FLIDE_PROFILE
+  void profile_at_exit() noexcept;  // destructor: the report to stderr (FLIDE_PROFILE)
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   bool sync_check_ = false;
+  bool profiling_ = false;
+  bool profile_from_env_ = false;
+  std::unique_ptr<CudaProfiler> profiler_;  // made when profiling is first turned on
 
   Arena persistent_;
   Arena scratch_;

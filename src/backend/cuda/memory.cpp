@@ -100,6 +100,7 @@ CudaOps::CudaOps(int device) : device_(device) {
     if (st != CUBLAS_STATUS_SUCCESS)
       throw Error(cat("cuda backend: cublasLtCreate: ", cublasLtGetStatusString(st)));
     cuda_check(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes), "cuBLASLt workspace");
+    profile_from_env();
   } catch (...) {
     release();
     throw;
@@ -107,6 +108,7 @@ CudaOps::CudaOps(int device) : device_(device) {
 }
 
 CudaOps::~CudaOps() {
+  profile_at_exit();
   release();
 }
 
@@ -138,6 +140,8 @@ void CudaOps::release() noexcept {
   for (cudaEvent_t e : {stage_done_[0], stage_done_[1], meta_done_})
     if (e) cudaEventDestroy(e);
   stage_done_[0] = stage_done_[1] = meta_done_ = nullptr;
+  profiling_ = false;
+  profiler_.reset();
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
   cudaGetLastError();  // leave no error behind for whoever runs next
@@ -245,9 +249,11 @@ void CudaOps::download(View src, double* dst) {
   void* host = stage_host_[0];
   for (int64_t off = 0; off < n; off += chunk) {
     const int64_t len = std::min(chunk, n - off);
+    op_begin();
     cuda_check(cudaMemcpyAsync(host, static_cast<const char*>(src.data) + size_t(off) * elem,
                                size_t(len) * elem, cudaMemcpyDeviceToHost, stream_),
                "download: cudaMemcpyAsync");
+    op_end("download");
     cuda_check(cudaStreamSynchronize(stream_),
                "download (an earlier op failed; FLIDE_CUDA_SYNC_CHECK=1 names it)");
     if (src.dtype == DType::DType_f32) {
@@ -258,18 +264,21 @@ void CudaOps::download(View src, double* dst) {
       for (int64_t i = 0; i < len; ++i) dst[off + i] = double(bf16_to_f32(h[i]));
     }
   }
+  if (profiling_) profiler_->resolve();  // the stream has drained: the round ends here
 }
 
 void CudaOps::fill_zero(View dst) {
   FLIDE_CHECK(dst.dtype == DType::DType_bf16 || dst.dtype == DType::DType_f32,
               "cuda fill_zero of a ", dtype_name(dst.dtype), " view");
   if (dst.size() == 0) return;
+  op_begin();
   launched(cudaMemsetAsync(dst.data, 0, view_bytes(dst), stream_), "fill_zero");
 }
 
 void CudaOps::synchronize() {
   cuda_check(cudaStreamSynchronize(stream_),
              "synchronize (an earlier op failed; FLIDE_CUDA_SYNC_CHECK=1 names it)");
+  if (profiling_) profiler_->resolve();
 }
 
 void CudaOps::launched(cudaError_t err, const char* op) {
@@ -278,6 +287,7 @@ void CudaOps::launched(cudaError_t err, const char* op) {
     cudaGetLastError();
     throw Error(cat("cuda backend: ", op, ": launch failed: ", cudaGetErrorString(err)));
   }
+  op_end(op);
   if (!sync_check_) return;
   err = cudaStreamSynchronize(stream_);
   if (err == cudaSuccess) err = cudaGetLastError();
