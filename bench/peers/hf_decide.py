@@ -262,7 +262,7 @@ def main():
     parser.add_argument("--attn", default="sdpa", help="attn_implementation for the full-attention layers")
     parser.add_argument("--gdn", choices=("auto", "torch"), default="auto",
                         help="torch: hide fla/causal_conv1d from transformers (reference GDN path)")
-    parser.add_argument("--tvd-tol", type=float, default=1e-2)
+    parser.add_argument("--tvd-tol", type=float, default=5e-2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=0, help="seconds; later cells are skipped (0: none)")
     args = parser.parse_args()

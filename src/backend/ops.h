@@ -21,9 +21,8 @@ namespace flide {
 
 // A position in the scratch arena (opaque to callers).
 struct ScratchMark {
-  const void* block = nullptr;
-  int64_t used = 0;
-  int64_t cap = 0;
+  const void* block = nullptr;  // the block being carved at the mark
+  int64_t used = 0;             // how much of it was handed out
 };
 
 struct View {

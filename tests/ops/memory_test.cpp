@@ -90,6 +90,25 @@ TEST_P(MemoryTest, ScratchRewindsAndMerges) {
   EXPECT_EQ(rel_err(dev.get(persistent), widen(kept)), 0.0);
 }
 
+// A layer's temporaries are released by rewinding to a mark. When the arena grew inside the
+// layer, the next layer must carve the grown block again, not grow once more: over many layers
+// the same working set fits in the blocks of the first one.
+TEST_P(MemoryTest, RewindAfterGrowthReusesTheNewBlock) {
+  Device dev(GetParam());
+  const View kept = dev.ops().scratch(1, 16);
+  std::vector<std::vector<const void*>> layers;
+  for (int layer = 0; layer < 12; ++layer) {
+    const ScratchMark mark = dev.ops().scratch_mark();
+    std::vector<const void*> pieces;
+    for (int i = 0; i < 4; ++i) pieces.push_back(dev.ops().scratch(1024, 8192).data);  // 4 x 32+ MB
+    layers.push_back(pieces);
+    dev.ops().scratch_rewind(mark);
+  }
+  for (size_t l = 6; l < layers.size(); ++l) EXPECT_EQ(layers[l], layers[5]) << "layer " << l;
+  dev.ops().reset_scratch();
+  EXPECT_NE(kept.data, nullptr);
+}
+
 TEST_P(MemoryTest, StreamValidation) {
   Device dev(GetParam());
   std::mt19937 gen(10);

@@ -90,12 +90,12 @@ View CpuOps<T>::scratch(int64_t rows, int64_t cols) {
   return {p, rows, cols, dtype()};
 }
 
-// Blocks added after the mark stay owned (merged at the next reset) but are no longer carved.
+// When the arena grew after the mark, the newest block holds only what came after it: carving
+// restarts there (the rest of the mark's block idles until reset merges). Going back to the
+// mark's block instead would grow the arena again on every layer.
 template <typename T>
 void CpuOps<T>::scratch_rewind(const ScratchMark& mark) {
-  scratch_.block = static_cast<T*>(const_cast<void*>(mark.block));
-  scratch_.used = mark.used;
-  scratch_.cap = mark.cap;
+  scratch_.used = scratch_.block == mark.block ? mark.used : 0;
 }
 
 // The reference computes everything in T, so "at least float32" is simply T.

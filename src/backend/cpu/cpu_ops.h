@@ -50,7 +50,7 @@ class CpuOps final : public Ops {
   View scratch(int64_t rows, int64_t cols) override;
   View scratch_f32(int64_t rows, int64_t cols) override;
   void synchronize() override {}
-  ScratchMark scratch_mark() const override { return {scratch_.block, scratch_.used, scratch_.cap}; }
+  ScratchMark scratch_mark() const override { return {scratch_.block, scratch_.used}; }
   void scratch_rewind(const ScratchMark& mark) override;
   void reset_scratch() override;
   void upload(View dst, const float* src) override;

@@ -183,12 +183,11 @@ View CudaOps::scratch_f32(int64_t rows, int64_t cols) {
   return scratch_bytes(rows, cols, DType::DType_f32);
 }
 
-// Blocks added after the mark stay owned (queued kernels may still use them; merged at the next
-// reset) but are no longer carved.
+// When the arena grew after the mark, the newest block holds only what came after it: carving
+// restarts there (the rest of the mark's block idles until reset merges). Going back to the
+// mark's block instead would grow the arena again on every layer. One stream keeps reuse safe.
 void CudaOps::scratch_rewind(const ScratchMark& mark) {
-  scratch_.block = static_cast<char*>(const_cast<void*>(mark.block));
-  scratch_.used = size_t(mark.used);
-  scratch_.cap = size_t(mark.cap);
+  scratch_.used = scratch_.block == mark.block ? size_t(mark.used) : 0;
 }
 
 void CudaOps::reset_scratch() {
