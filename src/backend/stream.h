@@ -42,4 +42,13 @@ struct Stream {
   int32_t n_levels() const { return int32_t(level_begin.size()) - 1; }
 };
 
+// FLIDE_CHECKs every invariant the ops rely on (sizes, node spans and levels, rows owned by
+// their node, slot use within a level — nodes of one level run in parallel, so none may write a
+// slot another reads —, readout indices, non-negative ids). Backends call it in set_stream.
+void validate_stream(const Stream& s);
+
+// Node n's path, root first and n last: path_nodes[path_begin[n] .. path_begin[n + 1]).
+void ancestor_paths(const Stream& s, std::vector<int32_t>& path_begin,
+                    std::vector<int32_t>& path_nodes);
+
 }  // namespace flide

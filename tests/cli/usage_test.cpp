@@ -44,7 +44,7 @@ TEST(CliUsageTest, FlagMistakesAreNamed) {
   const BadCommandLine cases[] = {
       {"decide --modle x", "unknown flag --modle"},
       {"decide --model", "--model needs a value"},
-      {"decide --input x", "--model is required"},
+      {"decide --input x", "give exactly one of --model DIR and --config CONFIG.json"},
       {"decide --model m --model m", "--model given twice"},
       {"decide stray", "unexpected argument \"stray\""},
       {"logits --all=1 --model m --ids 1", "--all takes no value"},
