@@ -21,7 +21,7 @@ class SplitTest : public ::testing::TestWithParam<std::tuple<DType, SplitShape>>
 
 TEST_P(SplitTest, PerHeadHalves) {
   const auto [dtype, sh] = GetParam();
-  std::mt19937 gen(uint32_t(sh.rows * 11 + sh.heads * 3 + sh.head_dim + int(dtype)));
+  std::mt19937 gen(fresh_seed(uint32_t(sh.rows * 11 + sh.heads * 3 + sh.head_dim + int(dtype))));
   const int64_t hd = sh.head_dim, width = int64_t(sh.heads) * hd;
   const auto qg = random_floats(gen, sh.rows * 2 * width, -1, 1);
   Device dev(dtype);
@@ -38,16 +38,17 @@ TEST_P(SplitTest, PerHeadHalves) {
   EXPECT_EQ(rel_err(dev.get(gate), ref_gate), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Grid, SplitTest,
-    ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
-                       ::testing::Values(SplitShape{1, 1, 1}, SplitShape{3, 5, 7},
-                                         SplitShape{17, 2, 64})),
-    [](const auto& info) {
-      const SplitShape s = std::get<1>(info.param);
-      return dtype_label(std::get<0>(info.param)) + "_" + std::to_string(s.rows) + "x" +
-             std::to_string(s.heads) + "x" + std::to_string(s.head_dim);
-    });
+INSTANTIATE_TEST_SUITE_P(Grid, SplitTest,
+                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
+                                            ::testing::Values(SplitShape{1, 1, 1},
+                                                              SplitShape{3, 5, 7},
+                                                              SplitShape{17, 2, 64})),
+                         [](const auto& info) {
+                           const SplitShape s = std::get<1>(info.param);
+                           return dtype_label(std::get<0>(info.param)) + "_" +
+                                  std::to_string(s.rows) + "x" + std::to_string(s.heads) + "x" +
+                                  std::to_string(s.head_dim);
+                         });
 
 // ---- rope and attention over tree streams ----
 
@@ -55,16 +56,16 @@ struct HeadShape {
   int heads_q, heads_kv, head_dim, rot_dim;
 };
 
-class TreeAttentionTest
-    : public ::testing::TestWithParam<std::tuple<DType, TreeCase, HeadShape>> {
+class TreeAttentionTest : public ::testing::TestWithParam<std::tuple<DType, TreeCase, HeadShape>> {
  protected:
   DType dtype() const { return std::get<0>(GetParam()); }
   const TreeCase& tree() const { return std::get<1>(GetParam()); }
   const HeadShape& heads() const { return std::get<2>(GetParam()); }
   std::mt19937 rng(int salt) const {
     const HeadShape& h = heads();
-    return std::mt19937(uint32_t(salt * 7919 + tree().nodes.size() * 131 + h.heads_q * 17 +
-                                 h.heads_kv * 5 + h.head_dim + int(dtype())));
+    return std::mt19937(
+        fresh_seed(uint32_t(salt * 7919 + tree().nodes.size() * 131 + h.heads_q * 17 +
+                            h.heads_kv * 5 + h.head_dim + int(dtype()))));
   }
 };
 
@@ -120,8 +121,8 @@ TEST_P(TreeAttentionTest, Rope) {
 }
 
 // Plain causal attention over one sequence: q [L, hq*hd], k/v [L, hkv*hd] -> [L, hq*hd].
-Vec causal_attention(const Vec& q, const Vec& k, const Vec& v, int64_t L, int hq, int hkv,
-                     int hd, double scale) {
+Vec causal_attention(const Vec& q, const Vec& k, const Vec& v, int64_t L, int hq, int hkv, int hd,
+                     double scale) {
   Vec out(size_t(L * hq * hd), 0.0);
   std::vector<double> p(static_cast<size_t>(L));
   for (int64_t i = 0; i < L; ++i)
@@ -162,9 +163,9 @@ TEST_P(TreeAttentionTest, VisibilityMatchesPerPathAttention) {
   for (int n = 0; n < int(s.nodes.size()); ++n) {
     const std::vector<int32_t> rows = path_rows(s, n);
     const int64_t L = int64_t(rows.size()), len = s.nodes[n].length;
-    const Vec out = causal_attention(gather(qd, wq, rows), gather(kd, wkv, rows),
-                                     gather(vd, wkv, rows), L, hs.heads_q, hs.heads_kv,
-                                     hs.head_dim, scale);
+    const Vec out =
+        causal_attention(gather(qd, wq, rows), gather(kd, wkv, rows), gather(vd, wkv, rows), L,
+                         hs.heads_q, hs.heads_kv, hs.head_dim, scale);
     for (int64_t i = 0; i < len; ++i)
       std::copy_n(out.begin() + (L - len + i) * wq, wq,
                   ref_all.begin() + (s.nodes[n].offset + i) * wq);
@@ -174,14 +175,14 @@ TEST_P(TreeAttentionTest, VisibilityMatchesPerPathAttention) {
   dev.ops().set_stream(s);
   View kv = dev.put(T, wkv, k), vv = dev.put(T, wkv, v);
   View out_all = dev.poison(T, wq);
-  dev.ops().attention(dev.put(T, wq, q), kv, vv, out_all, Rows::Rows_all, hs.heads_q,
-                      hs.heads_kv, hs.head_dim, scale);
-  expect_close("attention", dtype(), dev.get(out_all), ref_all, tol(dtype()),
-               tree().name + " all");
+  dev.ops().attention(dev.put(T, wq, q), kv, vv, out_all, Rows::Rows_all, hs.heads_q, hs.heads_kv,
+                      hs.head_dim, scale);
+  expect_close("attention", dtype(), dev.get(out_all), ref_all, tol(dtype()), tree().name + " all");
 
   // Selective readout: queries only at out rows (in any order).
   std::vector<float> q_out;
-  for (int32_t r : s.out_rows) q_out.insert(q_out.end(), q.begin() + r * wq, q.begin() + (r + 1) * wq);
+  for (int32_t r : s.out_rows)
+    q_out.insert(q_out.end(), q.begin() + r * wq, q.begin() + (r + 1) * wq);
   View out_sel = dev.poison(R, wq);
   dev.ops().attention(dev.put(R, wq, q_out), kv, vv, out_sel, Rows::Rows_out, hs.heads_q,
                       hs.heads_kv, hs.head_dim, scale);

@@ -20,11 +20,14 @@ class DenseTest : public ::testing::TestWithParam<std::tuple<DType, Shape>> {
   int64_t C() const { return std::get<1>(GetParam()).cols; }
   // A seed that differs per test and per parameter.
   std::mt19937 rng(int salt) const {
-    return std::mt19937(uint32_t(1000 * salt + 31 * R() + C() + (dtype() == DType::DType_f64)));
+    return std::mt19937(
+        fresh_seed(uint32_t(1000 * salt + 31 * R() + C() + (dtype() == DType::DType_f64))));
   }
 };
 
-double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double sigmoid_ref(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 TEST_P(DenseTest, Embed) {
   auto gen = rng(1);
@@ -60,9 +63,9 @@ TEST_P(DenseTest, RmsNorm) {
         for (int64_t c = 0; c < C(); ++c)
           ref[r * C() + c] = x[r * C() + c] * inv * (unit_offset ? 1.0 + w[c] : double(w[c]));
       }
-      expect_close("rmsnorm", dtype(), dev.get(out), ref, tol(dtype()),
-                   "unit_offset " + std::to_string(unit_offset) + " in_place " +
-                       std::to_string(in_place));
+      expect_close(
+          "rmsnorm", dtype(), dev.get(out), ref, tol(dtype()),
+          "unit_offset " + std::to_string(unit_offset) + " in_place " + std::to_string(in_place));
     }
   }
 }
@@ -147,16 +150,16 @@ TEST_P(DenseTest, L2Norm) {
   expect_close("l2norm", dtype(), dev.get(xv), ref, tol(dtype()));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Grid, DenseTest,
-    ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
-                       ::testing::Values(Shape{1, 1}, Shape{1, 37}, Shape{5, 64}, Shape{17, 129},
-                                         Shape{64, 3}, Shape{3, 300})),
-    [](const auto& info) {
-      const Shape s = std::get<1>(info.param);
-      return dtype_label(std::get<0>(info.param)) + "_" + std::to_string(s.rows) + "x" +
-             std::to_string(s.cols);
-    });
+INSTANTIATE_TEST_SUITE_P(Grid, DenseTest,
+                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
+                                            ::testing::Values(Shape{1, 1}, Shape{1, 37},
+                                                              Shape{5, 64}, Shape{17, 129},
+                                                              Shape{64, 3}, Shape{3, 300})),
+                         [](const auto& info) {
+                           const Shape s = std::get<1>(info.param);
+                           return dtype_label(std::get<0>(info.param)) + "_" +
+                                  std::to_string(s.rows) + "x" + std::to_string(s.cols);
+                         });
 
 // ---- matmul: out[R, N] = x[R, K] . w[N, K]^T ----
 
@@ -168,7 +171,8 @@ class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, MatmulShape
 
 TEST_P(MatmulTest, MatchesLoop) {
   const auto [dtype, sh] = GetParam();
-  std::mt19937 gen(uint32_t(sh.R * 7 + sh.K * 13 + sh.N * 17 + (dtype == DType::DType_f64)));
+  std::mt19937 gen(
+      fresh_seed(uint32_t(sh.R * 7 + sh.K * 13 + sh.N * 17 + (dtype == DType::DType_f64))));
   const auto x = random_floats(gen, sh.R * sh.K, -1, 1), w = random_floats(gen, sh.N * sh.K, -1, 1);
   Device dev(dtype);
   View out = dev.poison(sh.R, sh.N);

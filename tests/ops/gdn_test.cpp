@@ -12,8 +12,12 @@
 namespace flide::test {
 namespace {
 
-double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double silu_ref(double x) { return x * sigmoid_ref(x); }
+double sigmoid_ref(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+double silu_ref(double x) {
+  return x * sigmoid_ref(x);
+}
 
 // Fills every slot >= n_initial with NaN: those are written by a level before anything reads
 // them; slots below n_initial hold the test's initial values.
@@ -36,7 +40,7 @@ class ConvTest : public ::testing::TestWithParam<std::tuple<DType, TreeCase, Con
 TEST_P(ConvTest, LevelsMatchPerPathConv) {
   const auto& [dtype, tree, sh] = GetParam();
   const int64_t C = sh.channels, K = sh.kernel, W = (K - 1) * C;
-  std::mt19937 gen(uint32_t(tree.nodes.size() * 101 + C * 7 + K + int(dtype)));
+  std::mt19937 gen(fresh_seed(uint32_t(tree.nodes.size() * 101 + C * 7 + K + int(dtype))));
   Stream s = build_stream(tree.nodes, tree.n_initial_slots, gen);
   const int64_t T = s.n_tokens();
   const auto x = random_floats(gen, T * C, -2, 2);
@@ -77,17 +81,18 @@ TEST_P(ConvTest, LevelsMatchPerPathConv) {
   expect_close("causal_conv_silu", dtype, got, ref, tol(dtype), tree.name);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Trees, ConvTest,
-    ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
-                       ::testing::ValuesIn(tree_cases()),
-                       ::testing::Values(ConvShape{1, 4}, ConvShape{37, 4}, ConvShape{8, 2},
-                                         ConvShape{5, 1}, ConvShape{6, 7})),
-    [](const auto& info) {
-      const ConvShape c = std::get<2>(info.param);
-      return dtype_label(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name + "_c" +
-             std::to_string(c.channels) + "k" + std::to_string(c.kernel);
-    });
+INSTANTIATE_TEST_SUITE_P(Trees, ConvTest,
+                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
+                                            ::testing::ValuesIn(tree_cases()),
+                                            ::testing::Values(ConvShape{1, 4}, ConvShape{37, 4},
+                                                              ConvShape{8, 2}, ConvShape{5, 1},
+                                                              ConvShape{6, 7})),
+                         [](const auto& info) {
+                           const ConvShape c = std::get<2>(info.param);
+                           return dtype_label(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param).name + "_c" + std::to_string(c.channels) +
+                                  "k" + std::to_string(c.kernel);
+                         });
 
 // ---- gates ----
 
@@ -95,7 +100,7 @@ class GatesTest : public ::testing::TestWithParam<std::tuple<DType, int, int>> {
 
 TEST_P(GatesTest, SoftplusAndSigmoid) {
   const auto [dtype, rows, heads] = GetParam();
-  std::mt19937 gen(uint32_t(rows * 13 + heads + int(dtype)));
+  std::mt19937 gen(fresh_seed(uint32_t(rows * 13 + heads + int(dtype))));
   // a + dt_bias spans both sides of softplus's threshold (20).
   const auto a = random_floats(gen, rows * heads, -30, 30);
   const auto b = random_floats(gen, rows * heads, -12, 12);
@@ -118,8 +123,7 @@ TEST_P(GatesTest, SoftplusAndSigmoid) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GatesTest,
-                         ::testing::Combine(::testing::Values(DType::DType_f32,
-                                                              DType::DType_f64),
+                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
                                             ::testing::Values(1, 65), ::testing::Values(1, 3, 32)),
                          [](const auto& info) {
                            return dtype_label(std::get<0>(info.param)) + "_" +
@@ -172,8 +176,7 @@ TEST_P(GdnTest, LevelsMatchPerPathRecurrence) {
   const auto& [dtype, tree, sh] = GetParam();
   const int Hk = sh.heads_k, Hv = sh.heads_v;
   const int64_t Dk = sh.dim_k, Dv = sh.dim_v, state_cols = int64_t(Hv) * Dk * Dv;
-  std::mt19937 gen(uint32_t(tree.nodes.size() * 977 + Hk * 31 + Hv * 7 + Dk * 3 + Dv +
-                            int(dtype)));
+  std::mt19937 gen(uint32_t(tree.nodes.size() * 977 + Hk * 31 + Hv * 7 + Dk * 3 + Dv + int(dtype)));
   Stream s = build_stream(tree.nodes, tree.n_initial_slots, gen);
   const int64_t T = s.n_tokens();
   // q and k L2-normalised per head (as the model's l2norm op leaves them), then rounded to
@@ -183,7 +186,8 @@ TEST_P(GdnTest, LevelsMatchPerPathRecurrence) {
     for (int64_t r = 0; r < T * heads; ++r) {
       double sum_sq = 0;
       for (int64_t d = 0; d < dim; ++d) sum_sq += double(m[r * dim + d]) * m[r * dim + d];
-      for (int64_t d = 0; d < dim; ++d) m[r * dim + d] = float(m[r * dim + d] / std::sqrt(sum_sq + 1e-6));
+      for (int64_t d = 0; d < dim; ++d)
+        m[r * dim + d] = float(m[r * dim + d] / std::sqrt(sum_sq + 1e-6));
     }
     return m;
   };
@@ -209,7 +213,8 @@ TEST_P(GdnTest, LevelsMatchPerPathRecurrence) {
         for (int64_t i = 0; i < Dk * Dv; ++i)
           S[i] = state0[s.nodes[root].slot_in * state_cols + j * Dk * Dv + i];
       Vec o(size_t(L * Dv));
-      recurrence_ref(columns(qd, Hk * Dk, rows, kh * Dk, Dk), columns(kd, Hk * Dk, rows, kh * Dk, Dk),
+      recurrence_ref(columns(qd, Hk * Dk, rows, kh * Dk, Dk),
+                     columns(kd, Hk * Dk, rows, kh * Dk, Dk),
                      columns(vd, Hv * Dv, rows, j * Dv, Dv), columns(gd, Hv, rows, j, 1),
                      columns(bd, Hv, rows, j, 1), L, Dk, Dv, S, o.data(), Dv);
       for (int64_t i = 0; i < len; ++i)
@@ -240,7 +245,8 @@ TEST_P(GdnTest, LevelsMatchPerPathRecurrence) {
     states[f] = dev.get(state);
     expect_close(label, dtype, outputs[f], ref, tolerance, tree.name);
     for (const auto& [slot, expected] : ref_states) {
-      const Vec got(states[f].begin() + slot * state_cols, states[f].begin() + (slot + 1) * state_cols);
+      const Vec got(states[f].begin() + slot * state_cols,
+                    states[f].begin() + (slot + 1) * state_cols);
       expect_close(label + " state", dtype, got, expected, tolerance,
                    tree.name + " slot " + std::to_string(slot));
     }
@@ -250,8 +256,10 @@ TEST_P(GdnTest, LevelsMatchPerPathRecurrence) {
   expect_close("gdn chunked vs recurrent", dtype, outputs[1], outputs[0], tolerance, tree.name);
   if (!ref_states.empty())
     for (const auto& [slot, expected] : ref_states) {
-      const Vec a(states[0].begin() + slot * state_cols, states[0].begin() + (slot + 1) * state_cols);
-      const Vec b(states[1].begin() + slot * state_cols, states[1].begin() + (slot + 1) * state_cols);
+      const Vec a(states[0].begin() + slot * state_cols,
+                  states[0].begin() + (slot + 1) * state_cols);
+      const Vec b(states[1].begin() + slot * state_cols,
+                  states[1].begin() + (slot + 1) * state_cols);
       expect_close("gdn chunked vs recurrent state", dtype, b, a, tolerance, tree.name);
     }
 }
@@ -275,7 +283,7 @@ class GatedNormTest : public ::testing::TestWithParam<std::tuple<DType, int, int
 
 TEST_P(GatedNormTest, NormThenGate) {
   const auto [dtype, rows, dim] = GetParam();
-  std::mt19937 gen(uint32_t(rows * 17 + dim + int(dtype)));
+  std::mt19937 gen(fresh_seed(uint32_t(rows * 17 + dim + int(dtype))));
   const auto o = random_floats(gen, rows * dim, -2, 1), z = random_floats(gen, rows * dim, -8, 8);
   const auto w = random_floats(gen, dim, -1.5, 1.5);
   const double eps = 1e-6;
@@ -288,14 +296,14 @@ TEST_P(GatedNormTest, NormThenGate) {
     double sum_sq = 0;
     for (int d = 0; d < dim; ++d) sum_sq += double(o[r * dim + d]) * o[r * dim + d];
     const double inv = 1.0 / std::sqrt(sum_sq / dim + eps);
-    for (int d = 0; d < dim; ++d) ref.push_back(w[d] * (o[r * dim + d] * inv) * silu_ref(z[r * dim + d]));
+    for (int d = 0; d < dim; ++d)
+      ref.push_back(w[d] * (o[r * dim + d] * inv) * silu_ref(z[r * dim + d]));
   }
   expect_close("gated_rmsnorm", dtype, dev.get(out), ref, tol(dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GatedNormTest,
-                         ::testing::Combine(::testing::Values(DType::DType_f32,
-                                                              DType::DType_f64),
+                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
                                             ::testing::Values(1, 33, 130),
                                             ::testing::Values(1, 7, 128)),
                          [](const auto& info) {

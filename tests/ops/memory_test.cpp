@@ -20,7 +20,7 @@ TEST_P(MemoryTest, DtypeAndFactory) {
 
 TEST_P(MemoryTest, AllocIsZeroedStableAndDisjoint) {
   Device dev(GetParam());
-  std::mt19937 gen(7);
+  std::mt19937 gen(fresh_seed(7));
   std::vector<View> views;
   std::vector<std::vector<float>> contents;
   // Small pieces that fill several shared blocks, plus a few dedicated large blocks.
@@ -45,7 +45,7 @@ TEST_P(MemoryTest, AllocIsZeroedStableAndDisjoint) {
 
 TEST_P(MemoryTest, UploadDownloadFillZero) {
   Device dev(GetParam());
-  std::mt19937 gen(8);
+  std::mt19937 gen(fresh_seed(8));
   const auto x = random_floats(gen, 3 * 41, -1e3, 1e3);
   View v = dev.put(3, 41, x);
   EXPECT_EQ(rel_err(dev.get(v), widen(x)), 0.0);  // float -> f32/f64 -> double is exact
@@ -55,7 +55,7 @@ TEST_P(MemoryTest, UploadDownloadFillZero) {
 
 TEST_P(MemoryTest, ScratchRewindsAndMerges) {
   Device dev(GetParam());
-  std::mt19937 gen(9);
+  std::mt19937 gen(fresh_seed(9));
   const auto kept = random_floats(gen, 1000, -1, 1);
   View persistent = dev.put(10, 100, kept);
   // A round that needs several blocks (the first block holds 64 MiB).
@@ -111,7 +111,7 @@ TEST_P(MemoryTest, RewindAfterGrowthReusesTheNewBlock) {
 
 TEST_P(MemoryTest, StreamValidation) {
   Device dev(GetParam());
-  std::mt19937 gen(10);
+  std::mt19937 gen(fresh_seed(10));
   const std::vector<NodeSpec> spec = {{-1, 3}, {0, 2}, {0, 4}};
   Stream ok = build_stream(spec, 0, gen);
   EXPECT_NO_THROW(dev.ops().set_stream(ok));
@@ -138,8 +138,7 @@ TEST_P(MemoryTest, ShapeChecks) {
   EXPECT_THROW(dev.ops().rmsnorm(x, w, x, 1e-6, true), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, MemoryTest,
-                         ::testing::Values(DType::DType_f32, DType::DType_f64),
+INSTANTIATE_TEST_SUITE_P(Dtypes, MemoryTest, ::testing::Values(DType::DType_f32, DType::DType_f64),
                          [](const auto& info) { return dtype_label(info.param); });
 
 }  // namespace

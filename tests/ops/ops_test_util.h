@@ -5,6 +5,8 @@
 // Every op test compares the backend, in f32 and f64, against a straightforward float64 loop
 // written here in the tests (never calling the backend). Inputs are floats (upload takes float),
 // so both sides see exactly the same values; outputs the op overwrites are pre-filled with NaN.
+// Inputs are fresh every run: seeds mix a per-run seed (printed; FLIDE_TEST_SEED=N replays it)
+// with each case's own salt.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,10 +15,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +30,21 @@
 namespace flide::test {
 
 using Vec = std::vector<double>;
+
+inline uint32_t run_seed() {
+  static const uint32_t seed = [] {
+    const char* env = std::getenv("FLIDE_TEST_SEED");
+    const uint32_t s = env ? uint32_t(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+    std::printf("op test inputs: FLIDE_TEST_SEED=%u\n", s);
+    return s;
+  }();
+  return seed;
+}
+
+// The seed of one case: fresh per run, distinct per salt.
+inline uint32_t fresh_seed(uint32_t salt) {
+  return run_seed() ^ (salt * 2654435761u);
+}
 
 // Tolerances, relative in the sense of rel_err below.
 // f64: backend and reference evaluate the same formulas in double; only summation order,
@@ -41,7 +59,9 @@ inline double tol(DType d, double f32_tol = kTolF32) {
   return d == DType::DType_f64 ? kTolF64 : f32_tol;
 }
 
-inline std::string dtype_label(DType d) { return d == DType::DType_f64 ? "f64" : "f32"; }
+inline std::string dtype_label(DType d) {
+  return d == DType::DType_f64 ? "f64" : "f32";
+}
 
 // max_i |got_i - ref_i| / (|ref_i| + rms(ref)): relative for large entries, relative to the
 // tensor's typical magnitude for entries near zero (where cancellation makes pure relative error
@@ -82,8 +102,10 @@ inline void expect_close(const std::string& op, DType dtype, const Vec& got, con
                          double tolerance, const std::string& context = "") {
   const double err = rel_err(got, ref);
   EXPECT_LE(err, tolerance) << op << " " << context;
-  auto [it, fresh] = ErrorReport::worst().try_emplace(op + " " + dtype_label(dtype), err, tolerance);
-  if (!fresh && err / tolerance > it->second.first / it->second.second) it->second = {err, tolerance};
+  auto [it, fresh] =
+      ErrorReport::worst().try_emplace(op + " " + dtype_label(dtype), err, tolerance);
+  if (!fresh && err / tolerance > it->second.first / it->second.second)
+    it->second = {err, tolerance};
 }
 
 // Uniform floats in [lo, hi); the tests use ranges that straddle zero unless an op needs a sign.
@@ -94,7 +116,9 @@ inline std::vector<float> random_floats(std::mt19937& rng, int64_t n, double lo,
   return out;
 }
 
-inline Vec widen(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+inline Vec widen(const std::vector<float>& v) {
+  return Vec(v.begin(), v.end());
+}
 
 // A backend and helpers to move test data through it.
 class Device {
@@ -126,7 +150,7 @@ class Device {
 // ---- tree streams ----
 
 struct NodeSpec {
-  int parent = -1;    // index of an earlier spec entry; -1 for a root
+  int parent = -1;  // index of an earlier spec entry; -1 for a root
   int length = 1;
   int slot_in = -1;   // roots only: an initial-state slot the test fills (< n_initial_slots)
   int slot_out = -2;  // -2: a fresh slot when the node has children, none otherwise
@@ -225,7 +249,9 @@ struct TreeCase {
   int n_initial_slots = 0;  // roots with slot_in >= 0 start from a state the test uploads
 };
 
-inline void PrintTo(const TreeCase& tree, std::ostream* os) { *os << tree.name; }
+inline void PrintTo(const TreeCase& tree, std::ostream* os) {
+  *os << tree.name;
+}
 
 inline std::vector<TreeCase> tree_cases() {
   auto node = [](int parent, int length, int slot_in = -1, int slot_out = -2, int position = 0) {
@@ -235,12 +261,11 @@ inline std::vector<TreeCase> tree_cases() {
       {"single_token", {node(-1, 1)}, 0},
       {"one_root_200", {node(-1, 200, -1, -2, 7)}, 0},
       {"root_children_grandchildren",
-       {node(-1, 130), node(0, 1), node(0, 65), node(0, 64), node(2, 63), node(2, 2),
-        node(3, 1)},
+       {node(-1, 130), node(0, 1), node(0, 65), node(0, 64), node(2, 63), node(2, 2), node(3, 1)},
        0},
       {"three_roots",
-       {node(-1, 1, -1, -2, 300), node(-1, 64), node(-1, 5), node(0, 3), node(0, 1),
-        node(1, 200), node(2, 1), node(6, 130), node(7, 1)},
+       {node(-1, 1, -1, -2, 300), node(-1, 64), node(-1, 5), node(0, 3), node(0, 1), node(1, 200),
+        node(2, 1), node(6, 130), node(7, 1)},
        0},
       {"initial_states",
        {node(-1, 63, 0), node(-1, 2, 1), node(0, 65), node(0, 1), node(1, 3), node(4, 64)},

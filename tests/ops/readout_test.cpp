@@ -15,7 +15,7 @@ class ReadoutTest : public ::testing::TestWithParam<std::tuple<DType, ReadoutSha
 
 TEST_P(ReadoutTest, SelectLogits) {
   const auto [dtype, sh] = GetParam();
-  std::mt19937 gen(uint32_t(sh.tokens * 3 + sh.hidden * 5 + sh.selects + int(dtype)));
+  std::mt19937 gen(fresh_seed(uint32_t(sh.tokens * 3 + sh.hidden * 5 + sh.selects + int(dtype))));
   Stream s = build_stream({NodeSpec{-1, sh.tokens}}, 0, gen);
   s.out_rows = pick_out_rows(s, gen, 0.3);
   const int64_t R = int64_t(s.out_rows.size());
@@ -34,24 +34,25 @@ TEST_P(ReadoutTest, SelectLogits) {
   for (int m = 0; m < sh.selects; ++m) {
     double dot = 0;
     for (int c = 0; c < sh.hidden; ++c)
-      dot += double(h[s.select_out[m] * sh.hidden + c]) * w[int64_t(s.select_ids[m]) * sh.hidden + c];
+      dot +=
+          double(h[s.select_out[m] * sh.hidden + c]) * w[int64_t(s.select_ids[m]) * sh.hidden + c];
     ref.push_back(dot);
   }
   expect_close("select_logits", dtype, dev.get(out), ref, tol(dtype));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Grid, ReadoutTest,
-    ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
-                       ::testing::Values(ReadoutShape{1, 1, 1, 1}, ReadoutShape{1, 37, 11, 4},
-                                         ReadoutShape{40, 64, 50, 23},
-                                         ReadoutShape{130, 257, 300, 64})),
-    [](const auto& info) {
-      const ReadoutShape s = std::get<1>(info.param);
-      return dtype_label(std::get<0>(info.param)) + "_" + std::to_string(s.tokens) + "x" +
-             std::to_string(s.hidden) + "x" + std::to_string(s.vocab) + "x" +
-             std::to_string(s.selects);
-    });
+INSTANTIATE_TEST_SUITE_P(Grid, ReadoutTest,
+                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
+                                            ::testing::Values(ReadoutShape{1, 1, 1, 1},
+                                                              ReadoutShape{1, 37, 11, 4},
+                                                              ReadoutShape{40, 64, 50, 23},
+                                                              ReadoutShape{130, 257, 300, 64})),
+                         [](const auto& info) {
+                           const ReadoutShape s = std::get<1>(info.param);
+                           return dtype_label(std::get<0>(info.param)) + "_" +
+                                  std::to_string(s.tokens) + "x" + std::to_string(s.hidden) + "x" +
+                                  std::to_string(s.vocab) + "x" + std::to_string(s.selects);
+                         });
 
 }  // namespace
 }  // namespace flide::test
