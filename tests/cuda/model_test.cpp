@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/golden_cases.h"
+#include "common/random_trees.h"
 #include "cuda_test_util.h"
 #include "engine/executor.h"
 
@@ -24,85 +24,6 @@ namespace flide::test {
 namespace {
 
 const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
-
-// ---- golden cases (as in tests/model/golden_test.cpp) ----
-
-struct GoldenCase {
-  std::vector<int32_t> ids;
-  std::vector<int32_t> rows;  // positions whose logits are read
-};
-
-std::vector<GoldenCase> read_golden(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  nlohmann::json golden = nlohmann::json::parse(file);
-  std::vector<GoldenCase> cases;
-  for (const auto& c : golden.at("cases")) {
-    GoldenCase g;
-    g.ids = c.at("ids").get<std::vector<int32_t>>();
-    g.rows.push_back(int32_t(g.ids.size()) - 1);
-    if (c.contains("logits_all_rows"))
-      for (int32_t r : c.at("logits_all_rows").get<std::vector<int32_t>>())
-        if (r != g.rows[0]) g.rows.push_back(r);
-    cases.push_back(std::move(g));
-  }
-  return cases;
-}
-
-Stream single_sequence(const GoldenCase& g) {
-  Stream s;
-  s.token_ids = g.ids;
-  for (int32_t t = 0; t < int32_t(g.ids.size()); ++t) {
-    s.positions.push_back(t);
-    s.token_node.push_back(0);
-  }
-  s.nodes.push_back({-1, 0, int32_t(g.ids.size()), 0, -1, -1});
-  s.level_begin = {0, 1};
-  s.out_rows = g.rows;
-  s.n_full_out = int32_t(g.rows.size());
-  return s;
-}
-
-// ---- random decision trees (as in tests/engine/fork_equivalence_test.cpp) ----
-
-Tree random_tree(std::mt19937& rng, int64_t vocab, int depth, int max_questions) {
-  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  auto tokens = [&](int n) {
-    std::vector<int32_t> ids(n);
-    for (int32_t& id : ids) id = uniform(0, int(vocab) - 1);
-    return ids;
-  };
-  auto labels = [&](int n) {
-    std::vector<int32_t> ids;
-    while (int(ids.size()) < n) {
-      const int32_t id = uniform(0, int(vocab) - 1);
-      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
-    }
-    return ids;
-  };
-  Tree tree;
-  tree.nodes.push_back({-1, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_none, {}});
-  if (uniform(0, 3) == 0) {
-    tree.nodes[0].readout = ReadoutKind::ReadoutKind_choice;
-    tree.nodes[0].label_ids = labels(3);
-  }
-  const int questions = uniform(1, max_questions);
-  for (int q = 0; q < questions; ++q) {
-    TreeNode node{0, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_choice,
-                  labels(uniform(2, 5))};
-    if (uniform(0, 4) == 0) node.readout = ReadoutKind::ReadoutKind_loglik;
-    tree.nodes.push_back(node);
-    const int32_t parent = int32_t(tree.nodes.size()) - 1;
-    if (depth < 3) continue;
-    for (int c = uniform(0, 3); c > 0; --c) {
-      const bool loglik = uniform(0, 1) == 0;
-      tree.nodes.push_back(
-          {parent, tokens(uniform(1, 40)),
-           loglik ? ReadoutKind::ReadoutKind_loglik : ReadoutKind::ReadoutKind_choice,
-           loglik ? std::vector<int32_t>{} : labels(uniform(2, 4))});
-    }
-  }
-  return tree;
-}
 
 double tvd(const std::vector<double>& p, const std::vector<double>& q) {
   double sum = 0;

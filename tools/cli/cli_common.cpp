@@ -1,6 +1,8 @@
 // Shared CLI helpers (see cli_common.h).
 #include "cli_common.h"
 
+#include "args.h"
+
 #include <charconv>
 #include <fstream>
 #include <iostream>
@@ -97,6 +99,19 @@ LoadedModel load_random_model_on(const std::filesystem::path& config_file,
   loaded.ops = make_backend(backend);
   loaded.model = load_model_random(config_file, *loaded.ops, seed);
   return loaded;
+}
+
+ModelSource parse_model_source(const Args& args) {
+  if (args.has("model") == args.has("config"))
+    throw Error("give exactly one of --model DIR and --config CONFIG.json");
+  const bool random = args.has("config");
+  return {random ? args.required("config") : args.required("model"), random,
+          parse_seed(args.value("seed"))};
+}
+
+LoadedModel load_model_source(const ModelSource& source, const BackendChoice& backend) {
+  return source.random ? load_random_model_on(source.path, backend, source.seed)
+                       : load_model_on(source.path, backend);
 }
 
 std::string read_file(const std::filesystem::path& path) {

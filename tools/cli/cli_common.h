@@ -55,6 +55,17 @@ LoadedModel load_model_on(const std::filesystem::path& dir, const BackendChoice&
 LoadedModel load_random_model_on(const std::filesystem::path& config_file,
                                  const BackendChoice& backend, uint64_t seed);
 
+class Args;
+// Where the weights come from: --model DIR (a checkpoint) or --config CONFIG.json (random
+// weights of its shapes, seeded by --seed); exactly one, checked before anything is loaded.
+struct ModelSource {
+  std::filesystem::path path;  // the model directory, or the config file when random
+  bool random = false;
+  uint64_t seed = 0;
+};
+ModelSource parse_model_source(const Args& args);
+LoadedModel load_model_source(const ModelSource& source, const BackendChoice& backend);
+
 // --seed: a non-negative integer, 0 when absent.
 uint64_t parse_seed(const std::optional<std::string>& value);
 

@@ -290,30 +290,27 @@ int cmd_bench(const std::vector<std::string>& argv) {
     return kExitOk;
   }
   // Everything the user typed is checked before a (possibly many-GB) model is loaded.
-  if (args.has("model") == args.has("config"))
-    throw Error("give exactly one of --model DIR and --config CONFIG.json");
+  const ModelSource source = parse_model_source(args);
   const WorkloadSpec spec = parse_workload(args.required("workload"));
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const std::vector<ExecMode> modes = parse_modes(args.value("mode"));
   const int reps = parse_count(args.value("reps"), "reps", 20, 1);
   const int warmup = parse_count(args.value("warmup"), "warmup", 3, 0);
-  const uint64_t seed = parse_seed(args.value("seed"));
+  const uint64_t seed = source.seed;
   const bool as_json = args.has("json");
   const bool profile = args.has("profile");
   if (profile && backend.device != Device::Device_cuda)
     throw Error("--profile times the CUDA backend's ops: it needs --device cuda");
 
-  const bool random = args.has("config");
-  const std::string source = random ? args.required("config") : args.required("model");
+  const bool random = source.random;
   const Clock::time_point load_start = Clock::now();
-  LoadedModel loaded = random ? load_random_model_on(source, backend, seed)
-                              : load_model_on(source, backend);
+  LoadedModel loaded = load_model_source(source, backend);
   loaded.ops->synchronize();
   const double load_s = ms_since(load_start) / 1e3;
   const ModelInfo& info = loaded.model->info();
   std::optional<std::filesystem::path> tokenizer_json;
-  if (!random) tokenizer_json = std::filesystem::path(source) / "tokenizer.json";
+  if (!random) tokenizer_json = source.path / "tokenizer.json";
   const Workload workload = make_workload(spec, info.vocab_size, seed, tokenizer_json);
 
   std::vector<ModeResult> results;
@@ -347,7 +344,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                       {"gemm_floor_ms", r.floor.median},
                       {"gemm_gflop", r.gemm_flop / 1e9}});
     json out = {{"workload", workload.description},
-                {"model", source},
+                {"model", source.path.string()},
                 {"random_weights", random},
                 {"params", info.n_params},
                 {"load_s", load_s},
@@ -377,7 +374,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
               workload.branch_tokens, backend_description(backend).c_str());
   std::printf("model %s%s: %s parameters, %" PRId64 " layers, loaded in %.1f s; %d reps after %d "
               "warm-up\n",
-              source.c_str(), random ? cat(" (random weights, seed ", seed, ")").c_str() : "",
+              source.path.c_str(), random ? cat(" (random weights, seed ", seed, ")").c_str() : "",
               format_params(info.n_params).c_str(), info.n_layers, load_s, reps, warmup);
   std::printf("%-12s %8s %11s %9s %9s %15s %13s\n", "mode", "tokens", "median ms", "p10 ms",
               "p90 ms", "GEMM floor ms", "GEMM TFLOP/s");

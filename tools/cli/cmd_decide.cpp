@@ -164,9 +164,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
     std::cout << kUsage;
     return kExitOk;
   }
-  if (args.has("model") == args.has("config"))
-    throw Error("give exactly one of --model DIR and --config CONFIG.json");
-  const std::filesystem::path model_dir = args.value("model").value_or("");
+  const ModelSource source = parse_model_source(args);
   const std::string input_path = args.required("input");
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
@@ -181,20 +179,17 @@ int cmd_decide(const std::vector<std::string>& argv) {
     out = &output_file;
   }
 
-  LoadedModel loaded = args.has("config")
-                           ? load_random_model_on(*args.value("config"), backend,
-                                                  parse_seed(args.value("seed")))
-                           : load_model_on(model_dir, backend);
+  LoadedModel loaded = load_model_source(source, backend);
   std::vector<Entry> entries = parse_lines(input, loaded.model->info().vocab_size);
 
   // Only text requests need the tokenizer; a model directory without one serves token ids.
   std::optional<Tokenizer> tokenizer;
   for (const Entry& entry : entries) {
     if (!entry.request || !entry.request->is_text) continue;
-    if (model_dir.empty())
+    if (source.random)
       throw Error(cat("line ", entry.line, " is a text request; random weights (--config) take "
                       "token ids only"));
-    const std::filesystem::path path = model_dir / "tokenizer.json";
+    const std::filesystem::path path = source.path / "tokenizer.json";
     if (!std::filesystem::exists(path))
       throw Error(cat(path, " not found; line ", entry.line,
                       " is a text request and needs the tokenizer"));

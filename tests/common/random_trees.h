@@ -1,0 +1,55 @@
+// Random decision trees for the engine and GPU suites: a trunk of 1-300 tokens (a choice
+// readout on it one time in four), 1..max_questions questions of 1-300 tokens with 2-5 distinct
+// labels (a log-likelihood readout one time in five) and, at depth 3, 0-3 children per question
+// of 1-40 tokens with a choice or log-likelihood readout.
+#pragma once
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "engine/tree.h"
+
+namespace flide::test {
+
+inline Tree random_tree(std::mt19937& rng, int64_t vocab, int depth, int max_questions) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto tokens = [&](int n) {
+    std::vector<int32_t> ids(n);
+    for (int32_t& id : ids) id = uniform(0, int(vocab) - 1);
+    return ids;
+  };
+  auto labels = [&](int n) {
+    std::vector<int32_t> ids;
+    while (int(ids.size()) < n) {
+      const int32_t id = uniform(0, int(vocab) - 1);
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    return ids;
+  };
+  Tree tree;
+  tree.nodes.push_back({-1, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_none, {}});
+  if (uniform(0, 3) == 0) {  // a readout on the trunk itself
+    tree.nodes[0].readout = ReadoutKind::ReadoutKind_choice;
+    tree.nodes[0].label_ids = labels(3);
+  }
+  const int questions = uniform(1, max_questions);
+  for (int q = 0; q < questions; ++q) {
+    TreeNode node{0, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_choice,
+                  labels(uniform(2, 5))};
+    if (uniform(0, 4) == 0) node.readout = ReadoutKind::ReadoutKind_loglik;
+    tree.nodes.push_back(node);
+    const int32_t parent = int32_t(tree.nodes.size()) - 1;
+    if (depth < 3) continue;
+    for (int c = uniform(0, 3); c > 0; --c) {
+      const bool loglik = uniform(0, 1) == 0;
+      tree.nodes.push_back(
+          {parent, tokens(uniform(1, 40)),
+           loglik ? ReadoutKind::ReadoutKind_loglik : ReadoutKind::ReadoutKind_choice,
+           loglik ? std::vector<int32_t>{} : labels(uniform(2, 4))});
+    }
+  }
+  return tree;
+}
+
+}  // namespace flide::test
