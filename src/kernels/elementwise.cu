@@ -37,58 +37,43 @@ cudaError_t launch_elementwise(const F& f, int64_t n, bool vec, cudaStream_t str
   return cudaGetLastError();
 }
 
-// No __restrict__ below: silu_mul's out may alias gate or up. Each element is read and then
-// written by one thread, so aliasing is harmless.
-struct AddOp {
-  bf16* acc;
-  const bf16* x;
-  __device__ void chunk(int64_t i) const {
-    float a[8], b[8];
-    load8(acc + 8 * i, 8, true, a);
-    load8(x + 8 * i, 8, true, b);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) a[k] += b[k];
-    store8(acc + 8 * i, 8, true, a);
-  }
-  __device__ void one(int64_t i) const {
-    acc[i] = __float2bfloat16_rn(__bfloat162float(acc[i]) + __bfloat162float(x[i]));
-  }
-};
-
-struct SiluMulOp {
-  const bf16* gate;
-  const bf16* up;
+// out = f(a, b) elementwise, in fp32 with one rounding. No __restrict__: add and sigmoid_mul
+// write over a, and silu_mul's out may alias gate or up; each element is read and then written
+// by one thread, so aliasing is harmless.
+template <class F>
+struct BinaryOp {
+  const bf16* a;
+  const bf16* b;
   bf16* out;
-  __device__ static float apply(float g, float u) { return g * detail::sigmoid_fast(g) * u; }
+  F f;
   __device__ void chunk(int64_t i) const {
-    float g[8], u[8];
-    load8(gate + 8 * i, 8, true, g);
-    load8(up + 8 * i, 8, true, u);
+    float x[8], y[8];
+    load8(a + 8 * i, 8, true, x);
+    load8(b + 8 * i, 8, true, y);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) g[k] = apply(g[k], u[k]);
-    store8(out + 8 * i, 8, true, g);
+    for (int k = 0; k < 8; ++k) x[k] = f(x[k], y[k]);
+    store8(out + 8 * i, 8, true, x);
   }
   __device__ void one(int64_t i) const {
-    out[i] = __float2bfloat16_rn(apply(__bfloat162float(gate[i]), __bfloat162float(up[i])));
+    out[i] = __float2bfloat16_rn(f(__bfloat162float(a[i]), __bfloat162float(b[i])));
   }
 };
 
-struct SigmoidMulOp {
-  bf16* x;
-  const bf16* gate;
-  __device__ void chunk(int64_t i) const {
-    float a[8], g[8];
-    load8(x + 8 * i, 8, true, a);
-    load8(gate + 8 * i, 8, true, g);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) a[k] *= detail::sigmoid_fast(g[k]);
-    store8(x + 8 * i, 8, true, a);
-  }
-  __device__ void one(int64_t i) const {
-    x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) *
-                               detail::sigmoid_fast(__bfloat162float(gate[i])));
-  }
+struct Sum {
+  __device__ float operator()(float x, float y) const { return x + y; }
 };
+struct SiluTimes {  // silu(gate) * up
+  __device__ float operator()(float g, float u) const { return g * detail::sigmoid_fast(g) * u; }
+};
+struct TimesSigmoid {  // x * sigmoid(gate)
+  __device__ float operator()(float x, float g) const { return x * detail::sigmoid_fast(g); }
+};
+
+template <class F>
+cudaError_t launch_binary(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream) {
+  const bool vec = detail::aligned16(a) && detail::aligned16(b) && detail::aligned16(out);
+  return launch_elementwise(BinaryOp<F>{a, b, out, F{}}, n, vec, stream);
+}
 
 struct F32ToBf16Op {
   const float* in;
@@ -136,18 +121,15 @@ __global__ void gdn_gates_kernel(const bf16* a, const bf16* b, const bf16* A_log
 }  // namespace
 
 cudaError_t add(bf16* acc, const bf16* x, int64_t n, cudaStream_t stream) {
-  const bool vec = detail::aligned16(acc) && detail::aligned16(x);
-  return launch_elementwise(AddOp{acc, x}, n, vec, stream);
+  return launch_binary<Sum>(acc, x, acc, n, stream);
 }
 
 cudaError_t silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n, cudaStream_t stream) {
-  const bool vec = detail::aligned16(gate) && detail::aligned16(up) && detail::aligned16(out);
-  return launch_elementwise(SiluMulOp{gate, up, out}, n, vec, stream);
+  return launch_binary<SiluTimes>(gate, up, out, n, stream);
 }
 
 cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t stream) {
-  const bool vec = detail::aligned16(x) && detail::aligned16(gate);
-  return launch_elementwise(SigmoidMulOp{x, gate}, n, vec, stream);
+  return launch_binary<TimesSigmoid>(x, gate, x, n, stream);
 }
 
 cudaError_t f32_to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t stream) {
