@@ -65,10 +65,10 @@ class Ops {
   // Ops already queued keep their memory valid (one stream, in order).
   virtual ScratchMark scratch_mark() const = 0;
   virtual void scratch_rewind(const ScratchMark& mark) = 0;
-  virtual void upload(View dst, const float* src) = 0;    // host float -> dst (exact for f32/f64)
-  virtual void download(View src, double* dst) = 0;       // dst -> host double
+  virtual void upload(View dst, const float* src) = 0;  // host float -> dst (exact for f32/f64)
+  virtual void download(View src, double* dst) = 0;     // dst -> host double
   virtual void fill_zero(View dst) = 0;
-  virtual void set_stream(const Stream& stream) = 0;      // metadata for the round
+  virtual void set_stream(const Stream& stream) = 0;  // metadata for the round
   virtual void synchronize() = 0;  // waits for all queued work (timing; CPU: nothing to wait for)
 
   // ---- dense ----
@@ -93,14 +93,16 @@ class Ops {
   virtual void l2norm(View x, double eps) = 0;
 
   // ---- gated attention ----
-  // qg[R, heads * 2 * hd] holds per head [query(hd) | gate(hd)] -> q[R, heads*hd], gate[R, heads*hd]
+  // qg[R, heads * 2 * hd] holds per head [query(hd) | gate(hd)] -> q[R, heads*hd], gate[R,
+  // heads*hd]
   virtual void split_query_gate(View qg, View q, View gate, int heads, int head_dim) = 0;
   // NeoX rotate-half RoPE on the first rot_dim dims of every head, positions from the stream
   // rows that `which` selects; x is [R, heads * head_dim].
   virtual void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) = 0;
   // Tree attention: each query row (stream rows per `which`) attends to the K/V rows of its
   // node's ancestors and its own node up to itself; softmax(q.k * scale) . v; GQA with
-  // query head h using kv head h / (heads_q / heads_kv). q/out [R, heads_q*hd], k/v [T, heads_kv*hd].
+  // query head h using kv head h / (heads_q / heads_kv). q/out [R, heads_q*hd], k/v [T,
+  // heads_kv*hd].
   virtual void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                          int head_dim, double scale) = 0;
 

@@ -55,7 +55,6 @@ void validate_stream(const Stream& s) {
   for (int32_t id : s.select_ids) FLIDE_CHECK(id >= 0, "negative select id ", id);
 }
 
-
 void ancestor_paths(const Stream& s, std::vector<int32_t>& path_begin,
                     std::vector<int32_t>& path_nodes) {
   const int32_t n_nodes = int32_t(s.nodes.size());

@@ -25,11 +25,12 @@ struct Stream {
   std::vector<int32_t> positions;   // [T] position id (continues from the parent's end)
   std::vector<int32_t> token_node;  // [T] node index of each row
   std::vector<StreamNode> nodes;    // [N] ordered by level; offsets increase with the index
-  std::vector<int32_t> level_begin; // [L+1] nodes of level l are [level_begin[l], level_begin[l+1])
-  int32_t n_slots = 0;              // number of distinct state slots used
+  std::vector<int32_t>
+      level_begin;      // [L+1] nodes of level l are [level_begin[l], level_begin[l+1])
+  int32_t n_slots = 0;  // number of distinct state slots used
 
   // Selective readout: the rows whose final hidden state feeds the LM head.
-  std::vector<int32_t> out_rows;    // [R] stream rows, unique
+  std::vector<int32_t> out_rows;  // [R] stream rows, unique
   // LM-head entries restricted to chosen token ids: logit of token select_ids[m] at out row
   // select_out[m] (an index into out_rows).
   std::vector<int32_t> select_out;  // [M]

@@ -12,20 +12,27 @@ enum class DType : uint8_t { DType_f32, DType_f64, DType_bf16, DType_f16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::DType_f32: return 4;
-    case DType::DType_f64: return 8;
+    case DType::DType_f32:
+      return 4;
+    case DType::DType_f64:
+      return 8;
     case DType::DType_bf16:
-    case DType::DType_f16: return 2;
+    case DType::DType_f16:
+      return 2;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::DType_f32: return "f32";
-    case DType::DType_f64: return "f64";
-    case DType::DType_bf16: return "bf16";
-    case DType::DType_f16: return "f16";
+    case DType::DType_f32:
+      return "f32";
+    case DType::DType_f64:
+      return "f64";
+    case DType::DType_bf16:
+      return "bf16";
+    case DType::DType_f16:
+      return "f16";
   }
   return "?";
 }

@@ -22,9 +22,9 @@ std::string cat(const Args&... args) {
 
 }  // namespace flide
 
-#define FLIDE_CHECK(cond, ...)                                                                  \
-  do {                                                                                          \
-    if (!(cond))                                                                                \
-      throw ::flide::Error(::flide::cat(__FILE__, ":", __LINE__, ": check failed: " #cond " ", \
-                                        ##__VA_ARGS__));                                        \
+#define FLIDE_CHECK(cond, ...)                                                                 \
+  do {                                                                                         \
+    if (!(cond))                                                                               \
+      throw ::flide::Error(                                                                    \
+          ::flide::cat(__FILE__, ":", __LINE__, ": check failed: " #cond " ", ##__VA_ARGS__)); \
   } while (0)

@@ -24,7 +24,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -50,11 +49,16 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 bool parse_dtype(const std::string& s, DType& out) {
-  if (s == "BF16") out = DType::DType_bf16;
-  else if (s == "F16") out = DType::DType_f16;
-  else if (s == "F32") out = DType::DType_f32;
-  else if (s == "F64") out = DType::DType_f64;
-  else return false;
+  if (s == "BF16")
+    out = DType::DType_bf16;
+  else if (s == "F16")
+    out = DType::DType_f16;
+  else if (s == "F32")
+    out = DType::DType_f32;
+  else if (s == "F64")
+    out = DType::DType_f64;
+  else
+    return false;
   return true;
 }
 
@@ -89,7 +93,8 @@ struct SafetensorsStore::Mapping {
       void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
       int err = errno;
       ::close(fd);  // the mapping keeps the file alive
-      if (addr == MAP_FAILED) throw Error(cat("cannot mmap ", path.string(), ": ", std::strerror(err)));
+      if (addr == MAP_FAILED)
+        throw Error(cat("cannot mmap ", path.string(), ": ", std::strerror(err)));
       base = static_cast<const uint8_t*>(addr);
     } else {
       ::close(fd);
@@ -117,8 +122,8 @@ void add_file_tensors(const uint8_t* base, size_t size, const fs::path& path,
     throw Error(cat(file, ": header length ", header_len,
                     " exceeds 100 MB; corrupt or not a safetensors file"));
   if (header_len > size - 8)
-    throw Error(cat(file, ": header length ", header_len, " runs past the end of the file (",
-                    size, " bytes); the file is truncated"));
+    throw Error(cat(file, ": header length ", header_len, " runs past the end of the file (", size,
+                    " bytes); the file is truncated"));
 
   json header;
   try {
@@ -161,9 +166,11 @@ void add_file_tensors(const uint8_t* base, size_t size, const fs::path& path,
     for (const json& dim : *shape_it) {
       if (!dim.is_number_unsigned() ||
           dim.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-        throw bad(cat("shape ", shape_it->dump(), " has an entry that is not a non-negative integer"));
+        throw bad(
+            cat("shape ", shape_it->dump(), " has an entry that is not a non-negative integer"));
       uint64_t d = dim.get<uint64_t>();
-      if (__builtin_mul_overflow(count, d, &count)) throw bad(cat("shape ", shape_it->dump(), " overflows"));
+      if (__builtin_mul_overflow(count, d, &count))
+        throw bad(cat("shape ", shape_it->dump(), " overflows"));
       info.shape.push_back(int64_t(d));
     }
 
@@ -178,8 +185,8 @@ void add_file_tensors(const uint8_t* base, size_t size, const fs::path& path,
     if (__builtin_mul_overflow(count, uint64_t(dtype_size(info.dtype)), &nbytes))
       throw bad(cat("shape ", shape_str(info.shape), " overflows"));
     if (nbytes != end - begin)
-      throw bad(cat("shape ", shape_str(info.shape), " x ", dtype_name(info.dtype), " needs ", nbytes,
-                    " bytes but data_offsets [", begin, ", ", end, "] span ", end - begin));
+      throw bad(cat("shape ", shape_str(info.shape), " x ", dtype_name(info.dtype), " needs ",
+                    nbytes, " bytes but data_offsets [", begin, ", ", end, "] span ", end - begin));
     if (end > data_size)
       throw bad(cat("data_offsets [", begin, ", ", end, "] run past the data region (", data_size,
                     " bytes); the file is truncated or corrupt"));
@@ -200,7 +207,8 @@ void add_file_tensors(const uint8_t* base, size_t size, const fs::path& path,
   });
   for (size_t i = 1; i < spans.size(); ++i)
     if (spans[i].begin < spans[i - 1].end)
-      throw Error(cat("tensors ", *spans[i - 1].name, " and ", *spans[i].name, " overlap in ", file));
+      throw Error(
+          cat("tensors ", *spans[i - 1].name, " and ", *spans[i].name, " overlap in ", file));
 }
 
 }  // namespace

@@ -18,8 +18,8 @@ namespace flide {
 
 struct TensorInfo {
   std::string name;
-  std::string file;              // file name (not path) of the shard holding it, for messages
-  DType dtype;                   // F32, F64, BF16 or F16 in the file
+  std::string file;  // file name (not path) of the shard holding it, for messages
+  DType dtype;       // F32, F64, BF16 or F16 in the file
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // into the mapping
   size_t nbytes = 0;
@@ -35,7 +35,7 @@ class SafetensorsStore {
 
   bool has(std::string_view name) const;
   const TensorInfo& info(std::string_view name) const;  // Error "tensor X not found in DIR"
-  std::vector<std::string> names() const;                // sorted
+  std::vector<std::string> names() const;               // sorted
 
   // The tensor converted to float (exact for bf16/f16/f32; f64 is narrowed). Error naming the
   // tensor and file when its shape differs from `shape`.

@@ -34,11 +34,11 @@ void validate_question(size_t index, const DecisionQuestion& q) {
   const size_t n = q.options.size();
   if (n == 0) throw Error(cat("question ", index, " has no options"));
   if (n > size_t(kMaxOptions))
-    throw Error(cat("question ", index, ": ", n, " options, at most ", kMaxOptions,
-                    " are supported"));
+    throw Error(
+        cat("question ", index, ": ", n, " options, at most ", kMaxOptions, " are supported"));
   if (q.type == QuestionType::QuestionType_noul && n != 2)
-    throw Error(cat("question ", index, ": a noul question has exactly 2 options (yes, no), got ",
-                    n));
+    throw Error(
+        cat("question ", index, ": a noul question has exactly 2 options (yes, no), got ", n));
 }
 
 // Label ids of one prompt: each letter must add exactly one token to the prompt's tokenization

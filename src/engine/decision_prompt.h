@@ -26,8 +26,8 @@ struct DecisionOption {
 
 struct DecisionQuestion {
   QuestionType type = QuestionType::QuestionType_choice;
-  std::string instructions;            // the question text
-  std::vector<DecisionOption> options; // choice: >= 1; score: 2..10 levels; noul: yes, no
+  std::string instructions;             // the question text
+  std::vector<DecisionOption> options;  // choice: >= 1; score: 2..10 levels; noul: yes, no
 };
 
 constexpr int kMaxOptions = 52;  // one single-token letter each: A-Z then a-z

@@ -25,8 +25,7 @@ struct PendingReadout {
 // Registers node `n`'s readout; `seg` is the stream node holding n's tokens starting at token
 // `start`; `pred_seg`/`pred_index` locate the row predicting n's first token (none for a root).
 PendingReadout register_readout(StreamAssembler& sa, int32_t t, int32_t n, const TreeNode& node,
-                                int32_t seg, int32_t start, int32_t pred_seg,
-                                int32_t pred_index) {
+                                int32_t seg, int32_t start, int32_t pred_seg, int32_t pred_index) {
   PendingReadout r{t, n, -1, {}};
   const int32_t len = int32_t(node.tokens.size());
   if (node.readout == ReadoutKind::ReadoutKind_choice) {
@@ -34,8 +33,10 @@ PendingReadout register_readout(StreamAssembler& sa, int32_t t, int32_t n, const
   } else if (node.readout == ReadoutKind::ReadoutKind_loglik) {
     for (int32_t j = 0; j < len; ++j) {
       int32_t full = -1;
-      if (j > 0) full = sa.read_full(seg, start + j - 1);
-      else if (pred_seg >= 0) full = sa.read_full(pred_seg, pred_index);
+      if (j > 0)
+        full = sa.read_full(seg, start + j - 1);
+      else if (pred_seg >= 0)
+        full = sa.read_full(pred_seg, pred_index);
       if (full >= 0) r.full_target.emplace_back(full, node.tokens[j]);
     }
   }
@@ -135,8 +136,10 @@ std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode m
 
   StreamAssembler sa;
   std::vector<PendingReadout> pending;
-  if (mode == ExecMode::ExecMode_fork) forked_round(trees, sa, pending);
-  else independent_round(trees, sa, pending);
+  if (mode == ExecMode::ExecMode_fork)
+    forked_round(trees, sa, pending);
+  else
+    independent_round(trees, sa, pending);
 
   std::vector<TreeResult> results(trees.size());
   for (size_t t = 0; t < trees.size(); ++t) results[t].nodes.resize(trees[t].nodes.size());
@@ -145,7 +148,8 @@ std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode m
   const Stream stream = sa.finish();
   const ReadoutLogits logits = model_.forward(stream);
   if (stats) stats->tokens_computed += stream.n_tokens();
-  std::vector<double> lse_cache(size_t(stream.n_full_out), std::numeric_limits<double>::quiet_NaN());
+  std::vector<double> lse_cache(size_t(stream.n_full_out),
+                                std::numeric_limits<double>::quiet_NaN());
   for (const PendingReadout& r : pending)
     results[r.tree].nodes[r.node] = compose(trees[r.tree], r, logits, vocab, lse_cache);
   return results;

@@ -69,7 +69,9 @@ Stream StreamAssembler::finish() const {
   }
   s.level_begin.push_back(n_nodes);
 
-  auto row_of = [&](const RowRef& ref) { return s.nodes[stream_index[ref.first]].offset + ref.second; };
+  auto row_of = [&](const RowRef& ref) {
+    return s.nodes[stream_index[ref.first]].offset + ref.second;
+  };
   // Full rows lead, in the order of their indices in ReadoutLogits::full.
   s.out_rows.resize(full_rows_.size());
   for (const auto& [ref, index] : full_rows_) s.out_rows[index] = row_of(ref);

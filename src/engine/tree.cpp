@@ -24,7 +24,8 @@ void validate_tree(const Tree& tree, int64_t vocab_size) {
       std::unordered_set<int32_t> seen;
       for (int32_t id : node.label_ids) {
         if (id < 0 || id >= vocab_size)
-          throw Error(cat(where, ": label id ", id, " outside the vocabulary [0, ", vocab_size, ")"));
+          throw Error(
+              cat(where, ": label id ", id, " outside the vocabulary [0, ", vocab_size, ")"));
         if (!seen.insert(id).second) throw Error(cat(where, ": label id ", id, " repeated"));
       }
     }

@@ -13,10 +13,10 @@ namespace flide {
 enum class ReadoutKind : uint8_t { ReadoutKind_none, ReadoutKind_choice, ReadoutKind_loglik };
 
 struct TreeNode {
-  int32_t parent = -1;              // index in Tree::nodes; -1 only for node 0 (the trunk)
-  std::vector<int32_t> tokens;      // this node's own tokens, >= 1
+  int32_t parent = -1;          // index in Tree::nodes; -1 only for node 0 (the trunk)
+  std::vector<int32_t> tokens;  // this node's own tokens, >= 1
   ReadoutKind readout = ReadoutKind::ReadoutKind_none;
-  std::vector<int32_t> label_ids;   // choice: one token id per option, distinct
+  std::vector<int32_t> label_ids;  // choice: one token id per option, distinct
 };
 
 struct Tree {
@@ -24,9 +24,9 @@ struct Tree {
 };
 
 struct NodeResult {
-  std::vector<double> probs;   // choice: softmax over the label logits, in label order
-  double loglik_sum = 0.0;     // loglik: sum of log p(token | ancestors, earlier tokens)
-  double loglik_mean = 0.0;    // loglik: per-token mean (0 for a trunk of one token)
+  std::vector<double> probs;  // choice: softmax over the label logits, in label order
+  double loglik_sum = 0.0;    // loglik: sum of log p(token | ancestors, earlier tokens)
+  double loglik_mean = 0.0;   // loglik: per-token mean (0 for a trunk of one token)
 };
 
 struct TreeResult {

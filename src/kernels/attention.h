@@ -9,11 +9,11 @@
 // The plan is an opaque blob the caller copies to the device before the launch.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
 
 #include "kernels/tree_meta.h"
 
@@ -48,10 +48,9 @@ size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t
 // the tree the plan was built from. n_tiles may be any upper bound of the plan's tile count (e.g.
 // ceil(R / 64) + n_nodes for a fixed launch shape under graph capture): CTAs past the plan's
 // count return at once. A row's result depends only on its own path (see attention.cu).
-cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                           const __nv_bfloat16* v, __nv_bfloat16* out, const int32_t* q_rows,
-                           int64_t R, const TreeMeta& meta, const void* plan, int32_t n_tiles,
-                           int heads_q, int heads_kv, int head_dim, float scale,
-                           cudaStream_t stream);
+cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                           __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
+                           const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
+                           int heads_kv, int head_dim, float scale, cudaStream_t stream);
 
 }  // namespace flide::kernels

@@ -8,10 +8,10 @@
 // so a reduction's result never depends on which path a launch took.
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace flide::kernels::detail {
 
@@ -19,7 +19,9 @@ namespace flide::kernels::detail {
 // inputs loop inside the kernel.
 constexpr int64_t kMaxBlocks = 4096;
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 inline int blocks_for(int64_t work, int64_t per_block) {
   const int64_t blocks = (work + per_block - 1) / per_block;
@@ -61,7 +63,9 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, int64_t valid, bool vec
 
 // Fast-math sigmoid (__expf, approximate division): relative error ~1e-6, far below the bf16
 // rounding that follows it. Saturates to 0 / 1 without NaN for large |x|.
-__device__ __forceinline__ float sigmoid_fast(float x) { return 1.f / (1.f + __expf(-x)); }
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  return 1.f / (1.f + __expf(-x));
+}
 
 // Butterfly sum over aligned groups of `width` lanes (a power of two <= 32). Partners add the
 // same two values in swapped order, so every lane ends with the bitwise-same sum. All 32 lanes

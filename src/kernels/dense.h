@@ -6,10 +6,10 @@
 // Row reductions (norms, select_logits) depend only on the row, never on the batch.
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "kernels/tree_meta.h"
 
@@ -21,8 +21,8 @@ using bf16 = __nv_bfloat16;
 cudaError_t embed(const int32_t* ids, const bf16* table, bf16* out, int64_t T, int64_t H,
                   cudaStream_t stream);
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); out may alias x.
-cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim,
-                    float eps, bool unit_offset, cudaStream_t stream);
+cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim, float eps,
+                    bool unit_offset, cudaStream_t stream);
 // acc += x
 cudaError_t add(bf16* acc, const bf16* x, int64_t n, cudaStream_t stream);
 // out = silu(gate) * up; out may alias gate or up

@@ -147,8 +147,8 @@ cudaError_t gdn_gates(const bf16* a, const bf16* b, const bf16* A_log, const bf1
   const int64_t n = T * Hv;
   if (n <= 0) return cudaSuccess;
   constexpr int threads = 256;
-  gdn_gates_kernel<<<detail::blocks_for(n, threads), threads, 0, stream>>>(a, b, A_log, dt_bias,
-                                                                           g, beta, n, Hv);
+  gdn_gates_kernel<<<detail::blocks_for(n, threads), threads, 0, stream>>>(a, b, A_log, dt_bias, g,
+                                                                           beta, n, Hv);
   return cudaGetLastError();
 }
 

@@ -21,11 +21,11 @@
 // and do not depend on which other nodes share the level.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
 
 #include "kernels/tree_meta.h"
 
@@ -34,9 +34,9 @@ namespace flide::kernels {
 // x, out [T, C] bf16 (pre-conv qkv, post conv+SiLU); w [C, K] bf16; window [slots, (K-1)*C]
 // bf16, oldest input first. out must not alias x. K <= 8. A node may read and write the same
 // window slot. Any alignment works; 8-byte aligned pointers with C % 4 == 0 are fastest.
-cudaError_t causal_conv_silu(const __nv_bfloat16* x, const __nv_bfloat16* w,
-                             __nv_bfloat16* window, __nv_bfloat16* out, int64_t C, int K,
-                             int level, const TreeMeta& meta, cudaStream_t stream);
+cudaError_t causal_conv_silu(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* window,
+                             __nv_bfloat16* out, int64_t C, int K, int level, const TreeMeta& meta,
+                             cudaStream_t stream);
 
 // Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
 // meta.n_tokens it is called with): fp32 W [Hv][T][Dk], U [Hv][T][Dv], P [Hv][T][64],
@@ -55,7 +55,7 @@ size_t gdn_workspace_bytes(int64_t T, int heads_v, int dim_k, int dim_v);
 // write the same state slot.
 cudaError_t gdn_chunked(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         const float* g, const float* beta, float* state, __nv_bfloat16* out,
-                        void* workspace, int heads_k, int heads_v, int dim_k, int dim_v,
-                        int level, const TreeMeta& meta, cudaStream_t stream);
+                        void* workspace, int heads_k, int heads_v, int dim_k, int dim_v, int level,
+                        const TreeMeta& meta, cudaStream_t stream);
 
 }  // namespace flide::kernels

@@ -191,8 +191,8 @@ struct Cfg {
   static constexpr int kMainBytes = kMainF + kChunk * 4;
 
   static_assert(kPrepQ % 16 == 0 && kPrepV % 16 == 0 && kPrepL % 16 == 0 && kPrepY % 16 == 0 &&
-                    kPrepBeta % 16 == 0 && kStQ % 16 == 0 && kStP % 16 == 0 &&
-                    kStU % 16 == 0 && kStBytes % 16 == 0 && kMainVn % 16 == 0,
+                    kPrepBeta % 16 == 0 && kStQ % 16 == 0 && kStP % 16 == 0 && kStU % 16 == 0 &&
+                    kStBytes % 16 == 0 && kMainVn % 16 == 0,
                 "16-byte aligned regions for cp.async");
   static_assert(kMainBytes <= 227 * 1024, "main kernel shared memory");
 };
@@ -229,8 +229,8 @@ WorkspaceLayout workspace_layout(int64_t T, int heads_v, int dim_k, int dim_v) {
 // ---------------------------------------------------------------------------------------------
 // Plan: the level's chunks, in node order. One block of kPlanThreads.
 
-__global__ void __launch_bounds__(kPlanThreads) gdn_plan_kernel(int2* chunks, int level,
-                                                                TreeMeta meta) {
+__global__ void __launch_bounds__(kPlanThreads)
+    gdn_plan_kernel(int2* chunks, int level, TreeMeta meta) {
   __shared__ int warp_sum[kPlanThreads / 32];
   __shared__ int base;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -278,9 +278,9 @@ __global__ void __launch_bounds__(kThreads, 2)
                        float scale, TreeMeta meta) {
   using C = Cfg<DK, DV>;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Ks = reinterpret_cast<bf16*>(smem + C::kPrepK);  // [64][kLdH] keys of the chunk
-  bf16* Qs = reinterpret_cast<bf16*>(smem + C::kPrepQ);  // [64][kLdH] queries
-  bf16* Vs = reinterpret_cast<bf16*>(smem + C::kPrepV);  // [64][kLdV] values
+  bf16* Ks = reinterpret_cast<bf16*>(smem + C::kPrepK);    // [64][kLdH] keys of the chunk
+  bf16* Qs = reinterpret_cast<bf16*>(smem + C::kPrepQ);    // [64][kLdH] queries
+  bf16* Vs = reinterpret_cast<bf16*>(smem + C::kPrepV);    // [64][kLdV] values
   float* Ls = reinterpret_cast<float*>(smem + C::kPrepL);  // [64][kLdC] -A (strictly lower)
   float* Ts = reinterpret_cast<float*>(smem + C::kPrepT);  // [64][kLdC] (I + A)^-1
   float* Ys = reinterpret_cast<float*>(smem + C::kPrepY);  // [16][kLdC] scratch of the inverse
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int2 chunk = ws.chunks[1 + item / heads_v];
     const int nrows = min(kChunk, meta.node_length[chunk.x] - chunk.y);
     const int64_t t0 = int64_t(meta.node_offset[chunk.x]) + chunk.y;  // first stream row
-    const int64_t hrow = int64_t(head) * T + t0;                       // workspace row of t0
+    const int64_t hrow = int64_t(head) * T + t0;                      // workspace row of t0
 
     __syncthreads();  // the previous item is done with shared memory
     load_tile<bf16, C::kVecK, C::kKp, kLdH>(Ks, k + t0 * qk_ld + kh * DK, qk_ld, nrows, DK);
@@ -473,9 +473,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     float scale, TreeMeta meta) {
   using C = Cfg<DK, DV>;
   constexpr int kLdH = C::kLdH, kLdW = C::kLdW, kLdC = C::kLdC, kLdS = C::kLdS;
-  constexpr int kTilesN = C::kVb / 8;          // n8 tiles of the slice
-  constexpr int kTilesS = C::kKp / 16;         // m16 tiles of the state rows
-  constexpr int kSa = (kTilesN + 1) / 2;       // phase A/B: n8 tiles per warp
+  constexpr int kTilesN = C::kVb / 8;                   // n8 tiles of the slice
+  constexpr int kTilesS = C::kKp / 16;                  // m16 tiles of the state rows
+  constexpr int kSa = (kTilesN + 1) / 2;                // phase A/B: n8 tiles per warp
   constexpr int kSm = (kTilesS + kWarps - 1) / kWarps;  // phase C: state m16 tiles per warp
   extern __shared__ __align__(16) unsigned char smem[];
   struct Stage {
@@ -488,10 +488,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto stage = [&](int b) {
     unsigned char* base = smem + b * C::kStBytes;
-    return Stage{reinterpret_cast<float*>(base + C::kStW), reinterpret_cast<bf16*>(base + C::kStQ),
-                 reinterpret_cast<bf16*>(base + C::kStK), reinterpret_cast<float*>(base + C::kStP),
-                 reinterpret_cast<float*>(base + C::kStU),
-                 reinterpret_cast<float*>(base + C::kStGam)};
+    return Stage{
+        reinterpret_cast<float*>(base + C::kStW), reinterpret_cast<bf16*>(base + C::kStQ),
+        reinterpret_cast<bf16*>(base + C::kStK),  reinterpret_cast<float*>(base + C::kStP),
+        reinterpret_cast<float*>(base + C::kStU), reinterpret_cast<float*>(base + C::kStGam)};
   };
   float* Ss = reinterpret_cast<float*>(smem + C::kMainS);   // [kKp][kLdS] state entering a chunk
   float* Vn = reinterpret_cast<float*>(smem + C::kMainVn);  // [64][kLdS] v_new
@@ -685,8 +685,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int e = 0; e < 4; ++e) {
             const int row = 16 * mt + g8 + 8 * (e >> 1), col = 8 * nt + 2 * t4 + (e & 1);
             if (mt < kTilesS && row < DK && col < vcols)
-              state[slot_out * state_ld + state_head + int64_t(row) * DV + col] =
-                  sacc[sm][nt][e];
+              state[slot_out * state_ld + state_head + int64_t(row) * DV + col] = sacc[sm][nt][e];
           }
       }
     }
@@ -718,13 +717,14 @@ cudaError_t launch_gdn(const bf16* q, const bf16* k, const bf16* v, const float*
 
   int device = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(gdn_prepare_kernel<DK, DV>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, C::kPrepBytes);
   if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(gdn_main_kernel<DK, DV>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, C::kMainBytes);
+    err = cudaFuncSetAttribute(gdn_main_kernel<DK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               C::kMainBytes);
   if (err != cudaSuccess) return err;
 
   gdn_plan_kernel<<<1, kPlanThreads, 0, stream>>>(ws.chunks, level, meta);
@@ -753,22 +753,33 @@ using GdnLauncher = cudaError_t (*)(const bf16*, const bf16*, const bf16*, const
 template <int DK>
 GdnLauncher pick_dv(int dim_v) {
   switch (dim_v) {
-    case 8: return launch_gdn<DK, 8>;
-    case 12: return launch_gdn<DK, 12>;
-    case 16: return launch_gdn<DK, 16>;
-    case 24: return launch_gdn<DK, 24>;
-    default: return nullptr;
+    case 8:
+      return launch_gdn<DK, 8>;
+    case 12:
+      return launch_gdn<DK, 12>;
+    case 16:
+      return launch_gdn<DK, 16>;
+    case 24:
+      return launch_gdn<DK, 24>;
+    default:
+      return nullptr;
   }
 }
 
 GdnLauncher pick(int dim_k, int dim_v) {
   switch (dim_k) {
-    case 8: return pick_dv<8>(dim_v);
-    case 12: return pick_dv<12>(dim_v);
-    case 16: return pick_dv<16>(dim_v);
-    case 24: return pick_dv<24>(dim_v);
-    case 128: return dim_v == 128 ? launch_gdn<128, 128> : nullptr;
-    default: return nullptr;
+    case 8:
+      return pick_dv<8>(dim_v);
+    case 12:
+      return pick_dv<12>(dim_v);
+    case 16:
+      return pick_dv<16>(dim_v);
+    case 24:
+      return pick_dv<24>(dim_v);
+    case 128:
+      return dim_v == 128 ? launch_gdn<128, 128> : nullptr;
+    default:
+      return nullptr;
   }
 }
 

@@ -22,7 +22,7 @@ using bf16 = __nv_bfloat16;
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kRows = 32;         // stream rows per tile
+constexpr int kRows = 32;  // stream rows per tile
 constexpr int kMaxKernel = 8;
 constexpr int kBlocksPerSm = 16;  // grid cap (resident blocks of 128 threads per SM)
 
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 8 : 4)
       }
       const int64_t off = meta.node_offset[n];
       const int len = meta.node_length[n];
-      const int u_first = int(r - off);                              // node row of r
+      const int u_first = int(r - off);                               // node row of r
       const int u_tile_end = int(lesser<int64_t>(len, r_end - off));  // node rows in tile
       // Rows [0, prefix) read the incoming window: the tile holding row 0 does all of them.
       const int prefix = lesser(len, K - 1);
@@ -172,16 +172,17 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 8 : 4)
 }
 
 template <int K>
-cudaError_t launch_conv(const bf16* x, const bf16* w, bf16* window, bf16* out, int64_t C,
-                        int vec, int level, const TreeMeta& meta, cudaStream_t stream) {
+cudaError_t launch_conv(const bf16* x, const bf16* w, bf16* window, bf16* out, int64_t C, int vec,
+                        int level, const TreeMeta& meta, cudaStream_t stream) {
   int device = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   const int64_t cblocks = (C + int64_t(kThreads) * vec - 1) / (int64_t(kThreads) * vec);
   const int64_t tiles = (int64_t(meta.n_tokens) + kRows - 1) / kRows;
-  const int blocks = int(std::max<int64_t>(
-      1, std::min<int64_t>(tiles * cblocks, int64_t(sms) * kBlocksPerSm)));
+  const int blocks =
+      int(std::max<int64_t>(1, std::min<int64_t>(tiles * cblocks, int64_t(sms) * kBlocksPerSm)));
   switch (vec) {
     case 4:
       conv_silu_kernel<K, 4><<<blocks, kThreads, 0, stream>>>(x, w, window, out, C, level, meta);
@@ -210,16 +211,24 @@ cudaError_t causal_conv_silu(const bf16* x, const bf16* w, bf16* window, bf16* o
   const bool win8 = K == 1 || aligned(window, 8), win4 = K == 1 || aligned(window, 4);
   const int vec = C % 4 == 0 && aligned(x, 8) && aligned(out, 8) && win8   ? 4
                   : C % 2 == 0 && aligned(x, 4) && aligned(out, 4) && win4 ? 2
-                                                                             : 1;
+                                                                           : 1;
   switch (K) {
-    case 1: return launch_conv<1>(x, w, window, out, C, vec, level, meta, stream);
-    case 2: return launch_conv<2>(x, w, window, out, C, vec, level, meta, stream);
-    case 3: return launch_conv<3>(x, w, window, out, C, vec, level, meta, stream);
-    case 4: return launch_conv<4>(x, w, window, out, C, vec, level, meta, stream);
-    case 5: return launch_conv<5>(x, w, window, out, C, vec, level, meta, stream);
-    case 6: return launch_conv<6>(x, w, window, out, C, vec, level, meta, stream);
-    case 7: return launch_conv<7>(x, w, window, out, C, vec, level, meta, stream);
-    default: return launch_conv<8>(x, w, window, out, C, vec, level, meta, stream);
+    case 1:
+      return launch_conv<1>(x, w, window, out, C, vec, level, meta, stream);
+    case 2:
+      return launch_conv<2>(x, w, window, out, C, vec, level, meta, stream);
+    case 3:
+      return launch_conv<3>(x, w, window, out, C, vec, level, meta, stream);
+    case 4:
+      return launch_conv<4>(x, w, window, out, C, vec, level, meta, stream);
+    case 5:
+      return launch_conv<5>(x, w, window, out, C, vec, level, meta, stream);
+    case 6:
+      return launch_conv<6>(x, w, window, out, C, vec, level, meta, stream);
+    case 7:
+      return launch_conv<7>(x, w, window, out, C, vec, level, meta, stream);
+    default:
+      return launch_conv<8>(x, w, window, out, C, vec, level, meta, stream);
   }
 }
 

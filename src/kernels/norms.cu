@@ -90,8 +90,8 @@ struct GatedRmsNormOp {
 // thread keeps its first V chunks in registers; chunks beyond V * group (dim > 8192) are read
 // again from memory for the store, by the same thread, so out == x stays safe.
 template <class Op, int V>
-__global__ void __launch_bounds__(kMaxGroup) norm_rows_kernel(Op op, int64_t rows, int64_t dim,
-                                                         int group, bool vec) {
+__global__ void __launch_bounds__(kMaxGroup)
+    norm_rows_kernel(Op op, int64_t rows, int64_t dim, int group, bool vec) {
   __shared__ float warp_sums[32];
   const int lane = int(threadIdx.x) % group;
   const int rows_per_block = int(blockDim.x) / group;
@@ -166,18 +166,18 @@ cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaS
   } else {
     const int64_t per_thread2 = (n_chunks + 1) / 2;
     const int group = int(std::min<int64_t>(kMaxGroup, (per_thread2 + 31) / 32 * 32));
-    norm_rows_kernel<Op, 2><<<detail::blocks_for(rows, 1), group, 0, stream>>>(op, rows, dim,
-                                                                               group, vec);
+    norm_rows_kernel<Op, 2>
+        <<<detail::blocks_for(rows, 1), group, 0, stream>>>(op, rows, dim, group, vec);
   }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim,
-                    float eps, bool unit_offset, cudaStream_t stream) {
-  const bool vec = dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(w) &&
-                   detail::aligned16(out);
+cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim, float eps,
+                    bool unit_offset, cudaStream_t stream) {
+  const bool vec =
+      dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(out);
   return launch_norm(RmsNormOp{x, w, out, eps, unit_offset}, rows, dim, vec, stream);
 }
 

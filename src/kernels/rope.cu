@@ -20,8 +20,8 @@ namespace {
 // Heads rotated per batch of loads, so a thread has several loads in flight before its stores.
 constexpr int kHeadsPerBatch = 4;
 
-__global__ void rope_kernel(bf16* x, const int32_t* positions, const int32_t* rows,
-                            int64_t n_rows, int heads, int head_dim, int rot_dim, float theta) {
+__global__ void rope_kernel(bf16* x, const int32_t* positions, const int32_t* rows, int64_t n_rows,
+                            int heads, int head_dim, int rot_dim, float theta) {
   extern __shared__ float inv_freq[];  // [rot_dim / 2]
   const int half = rot_dim / 2;
   for (int i = int(threadIdx.x); i < half; i += int(blockDim.x)) {

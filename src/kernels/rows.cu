@@ -17,9 +17,8 @@ struct CopyJob {
 // A row belongs to `group` consecutive threads (a power of two <= blockDim) striding its units.
 // blockIdx.y picks the job, so split_query_gate copies both halves in one launch.
 template <class U>
-__global__ void copy_rows_kernel(CopyJob job0, CopyJob job1, const int32_t* src_rows,
-                                 int64_t rows, int64_t src_stride, int64_t dst_stride,
-                                 int64_t units, int group) {
+__global__ void copy_rows_kernel(CopyJob job0, CopyJob job1, const int32_t* src_rows, int64_t rows,
+                                 int64_t src_stride, int64_t dst_stride, int64_t units, int group) {
   const char* src = blockIdx.y == 0 ? job0.src : job1.src;
   char* dst = blockIdx.y == 0 ? job0.dst : job1.dst;
   const int lane = int(threadIdx.x) % group;

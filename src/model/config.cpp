@@ -7,9 +7,8 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 
@@ -79,7 +78,8 @@ void check_rope_type(const Section& s) {
   for (const char* name : {"rope_type", "type"}) {
     const json* v = s.find(name);
     if (v && !(v->is_string() && (*v == "default" || *v == "mrope")))
-      fail(s.key(name), cat("must be \"default\" (got ", shown(*v), "); RoPE scaling is not supported"));
+      fail(s.key(name),
+           cat("must be \"default\" (got ", shown(*v), "); RoPE scaling is not supported"));
   }
 }
 
@@ -118,7 +118,8 @@ void add_eos_ids(const Section& s, std::vector<int32_t>& out) {
   auto add = [&](const json& id) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() > std::numeric_limits<int32_t>::max())
-      fail(s.key("eos_token_id"), cat("must be a token id or a list of them (got ", shown(*v), ")"));
+      fail(s.key("eos_token_id"),
+           cat("must be a token id or a list of them (got ", shown(*v), ")"));
     const int32_t tok = int32_t(id.get<int64_t>());
     if (std::find(out.begin(), out.end(), tok) == out.end()) out.push_back(tok);
   };
@@ -169,7 +170,8 @@ Qwen35Config Qwen35Config::parse(const nlohmann::json& cfg) {
          cat("(", c.linear_num_key_heads, ") must divide linear_num_value_heads (",
              c.linear_num_value_heads, ")"));
 
-  if (const json* v = tc.find("rms_norm_eps")) c.rms_norm_eps = positive_number(*v, tc.key("rms_norm_eps"));
+  if (const json* v = tc.find("rms_norm_eps"))
+    c.rms_norm_eps = positive_number(*v, tc.key("rms_norm_eps"));
   if (const json* v = tc.find("hidden_act"); v && *v != "silu")
     fail(tc.key("hidden_act"), cat("must be \"silu\" (got ", shown(*v), ")"));
 
@@ -184,7 +186,8 @@ Qwen35Config Qwen35Config::parse(const nlohmann::json& cfg) {
     check_rope_type(Section{*legacy, tc.key("rope_scaling.")});
   }
   std::string key;
-  if (const json* v = rope_value(tc, rope, "rope_theta", key)) c.rope_theta = positive_number(*v, key);
+  if (const json* v = rope_value(tc, rope, "rope_theta", key))
+    c.rope_theta = positive_number(*v, key);
   if (const json* v = rope_value(tc, rope, "partial_rotary_factor", key)) {
     c.partial_rotary_factor = positive_number(*v, key);
     if (c.partial_rotary_factor > 1) fail(key, cat("must be in (0, 1] (got ", shown(*v), ")"));

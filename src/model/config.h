@@ -5,10 +5,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace flide {
 
@@ -33,7 +32,7 @@ struct Qwen35Config {
   int64_t linear_value_head_dim = 0;
   int64_t linear_conv_kernel_dim = 0;
   double rms_norm_eps = 1e-6;
-  bool tie_word_embeddings = false;  // informational: tying is decided by lm_head.weight presence
+  bool tie_word_embeddings = false;    // informational: tying is decided by lm_head.weight presence
   std::vector<LayerType> layer_types;  // [num_hidden_layers]
   std::vector<int32_t> eos_token_ids;  // text_config's and top level's, deduplicated
 

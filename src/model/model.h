@@ -25,7 +25,7 @@ struct ModelInfo {
   std::string architecture;
   int64_t vocab_size = 0;
   int64_t n_layers = 0;
-  int64_t n_params = 0;            // text model parameters actually loaded
+  int64_t n_params = 0;  // text model parameters actually loaded
   std::vector<int32_t> eos_token_ids;
 };
 

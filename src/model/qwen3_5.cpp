@@ -24,15 +24,15 @@ namespace flide {
 namespace {
 
 struct GdnWeights {
-  View in_qkv;    // [C, H], rows q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)
-  View in_z;      // [Hv*Dv, H]
-  View in_b;      // [Hv, H]
-  View in_a;      // [Hv, H]
-  View conv;      // [C, K]  (checkpoint [C, 1, K])
-  View A_log;     // [1, Hv]
-  View dt_bias;   // [1, Hv]
-  View norm;      // [1, Dv], plain weight (not 1 + w)
-  View out;       // [H, Hv*Dv]
+  View in_qkv;   // [C, H], rows q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)
+  View in_z;     // [Hv*Dv, H]
+  View in_b;     // [Hv, H]
+  View in_a;     // [Hv, H]
+  View conv;     // [C, K]  (checkpoint [C, 1, K])
+  View A_log;    // [1, Hv]
+  View dt_bias;  // [1, Hv]
+  View norm;     // [1, Dv], plain weight (not 1 + w)
+  View out;      // [H, Hv*Dv]
 };
 
 struct AttentionWeights {
@@ -60,7 +60,8 @@ struct LayerWeights {
 std::string text_prefix(const WeightSource& weights) {
   for (const char* prefix : {"model.language_model.", "model.", "language_model.model."})
     if (weights.has(std::string(prefix) + "embed_tokens.weight")) return prefix;
-  throw Error("no embed_tokens.weight under model.language_model., model. or language_model.model.");
+  throw Error(
+      "no embed_tokens.weight under model.language_model., model. or language_model.model.");
 }
 
 // Reads each tensor into one reused host buffer (no fresh pages per tensor: the 9B embedding
@@ -169,7 +170,7 @@ class Qwen35Model final : public Model {
       View h = ops_.scratch(T, H);
       ops_.rmsnorm(x, w.input_norm, h, cfg_.rms_norm_eps, true);
       View mixed = w.type == LayerType::LayerType_linear_attention ? gated_deltanet(w.gdn, h, last)
-                                                                    : attention(w.attn, h, last);
+                                                                   : attention(w.attn, h, last);
       if (last) {  // selective readout: from here on only the out rows
         ops_.gather_rows(x, xr);
         x = xr;

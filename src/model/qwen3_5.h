@@ -2,7 +2,6 @@
 #pragma once
 
 #include <memory>
-
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/model.h"

@@ -29,7 +29,9 @@ inline uint64_t hash_at(uint64_t key, int64_t counter) {
   return mix64(key + uint64_t(counter + 1) * kGamma);
 }
 
-inline float unit(uint32_t bits) { return float(int32_t(bits)) * kInv31; }  // [-1, 1)
+inline float unit(uint32_t bits) {
+  return float(int32_t(bits)) * kInv31;
+}  // [-1, 1)
 
 // dst[i] = center + sigma * t(key, i), t triangular with unit variance (the sum of two
 // uniforms on [-1, 1) has variance 2/3).
@@ -74,8 +76,7 @@ bool RandomWeights::has(std::string_view name) const {
 void RandomWeights::read_into(std::string_view name, const std::vector<int64_t>& shape,
                               float* dst) const {
   if (!has(name)) throw Error(cat("tensor ", name, " not found in the random-weight model"));
-  for (int64_t d : shape)
-    FLIDE_CHECK(d > 0, "tensor ", name, ": non-positive dimension ", d);
+  for (int64_t d : shape) FLIDE_CHECK(d > 0, "tensor ", name, ": non-positive dimension ", d);
   const int64_t n = numel(shape);
   const uint64_t key = random_tensor_key(seed_, name);
   if (name.ends_with("linear_attn.norm.weight")) {

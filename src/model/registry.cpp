@@ -5,7 +5,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -48,8 +47,8 @@ const Factory& factory_for(const nlohmann::json& config, const std::filesystem::
   if (found == registry().end()) {
     std::string known;
     for (const auto& [name, factory] : registry()) known += (known.empty() ? "" : ", ") + name;
-    throw Error(cat(path, ": architecture \"", architecture, "\" is not supported (supported: ",
-                    known, ")"));
+    throw Error(cat(path, ": architecture \"", architecture,
+                    "\" is not supported (supported: ", known, ")"));
   }
   return found->second;
 }
@@ -57,9 +56,8 @@ const Factory& factory_for(const nlohmann::json& config, const std::filesystem::
 // HF's tie_word_embeddings, looked up like the config parsers do: text_config first, then the
 // top level; absent means untied. A malformed value is left for the architecture's parser.
 bool tied_embeddings(const nlohmann::json& config) {
-  for (const nlohmann::json* section : {config.contains("text_config") ? &config["text_config"]
-                                                                       : &config,
-                                        &config}) {
+  for (const nlohmann::json* section :
+       {config.contains("text_config") ? &config["text_config"] : &config, &config}) {
     if (!section->is_object()) continue;
     auto it = section->find("tie_word_embeddings");
     if (it != section->end() && it->is_boolean()) return it->get<bool>();

@@ -24,7 +24,7 @@ class Tokenizer {
   // Raw bytes: ids cut mid-character end in a partial UTF-8 sequence (HF would show U+FFFD).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::optional<int32_t> token_id(std::string_view token) const;  // vocab or added token
-  int32_t vocab_size() const;  // largest id + 1
+  int32_t vocab_size() const;                                     // largest id + 1
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

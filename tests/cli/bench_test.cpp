@@ -13,7 +13,8 @@ using nlohmann::json;
 
 const std::string kGoldenConfig =
     shell_quote(std::string(FLIDE_SOURCE_DIR) + "/tests/data/golden_gqa/config.json");
-const std::string kExamples = shell_quote(std::string(FLIDE_SOURCE_DIR) + "/examples/requests.jsonl");
+const std::string kExamples =
+    shell_quote(std::string(FLIDE_SOURCE_DIR) + "/examples/requests.jsonl");
 
 json single_json_line(const CliResult& r) {
   const std::vector<json> lines = json_lines(r.out);
@@ -67,20 +68,21 @@ TEST(CliBenchTest, ForkAndIndependentTokenCounts) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json out = single_json_line(r);
   ASSERT_EQ(out["runs"].size(), 2u);
-  EXPECT_EQ(out["runs"][0]["tokens"], 450 + 4 * 50);  // trunk once
+  EXPECT_EQ(out["runs"][0]["tokens"], 450 + 4 * 50);    // trunk once
   EXPECT_EQ(out["runs"][1]["tokens"], 4 * (450 + 50));  // trunk per question
   for (const json& run : out["runs"]) expect_sane_run(run);
   // Independent runs the trunk's GEMMs four times.
-  EXPECT_GT(out["runs"][1]["gemm_gflop"].get<double>(), 2.5 * out["runs"][0]["gemm_gflop"].get<double>());
+  EXPECT_GT(out["runs"][1]["gemm_gflop"].get<double>(),
+            2.5 * out["runs"][0]["gemm_gflop"].get<double>());
   EXPECT_NEAR(out["independent_over_fork_tokens"].get<double>(), 2000.0 / 650.0, 1e-9);
   EXPECT_GT(out["independent_over_fork_latency"].get<double>(), 0.0);
 }
 
 TEST(CliBenchTest, FileWorkloadOnTheShippedModel) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
-  const CliResult r = run_flide("bench --model " + shell_quote(tiny_model_dir().string()) +
-                                " --workload " + kExamples +
-                                " --reps 2 --mode both --json --threads 2");
+  const CliResult r =
+      run_flide("bench --model " + shell_quote(tiny_model_dir().string()) + " --workload " +
+                kExamples + " --reps 2 --mode both --json --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json out = single_json_line(r);
   EXPECT_EQ(out["random_weights"], false);

@@ -1,6 +1,7 @@
 // Test helpers that run the flide binary (see cli_runner.h).
 #include "cli_runner.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 namespace flide::test {
 
@@ -35,8 +34,8 @@ CliResult run_flide(const std::string& args, const std::string& input) {
   const std::filesystem::path in = dir.write("stdin", input);
   // exec: the shell becomes flide, so a crash shows as a signal, not as a shell exit code.
   const std::string command = "exec " + shell_quote(FLIDE_BINARY) + " " + args + " <" +
-                              shell_quote(in) + " >" + shell_quote(dir.path() / "stdout") +
-                              " 2>" + shell_quote(dir.path() / "stderr");
+                              shell_quote(in) + " >" + shell_quote(dir.path() / "stdout") + " 2>" +
+                              shell_quote(dir.path() / "stderr");
   const int status = std::system(command.c_str());
   CliResult result;
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
@@ -68,7 +67,9 @@ std::filesystem::path tiny_model_dir() {
   return std::filesystem::path(FLIDE_SOURCE_DIR) / "models" / "flide-tiny-random";
 }
 
-bool tiny_model_present() { return std::filesystem::exists(tiny_model_dir() / "config.json"); }
+bool tiny_model_present() {
+  return std::filesystem::exists(tiny_model_dir() / "config.json");
+}
 
 int64_t tiny_model_vocab_size() {
   const nlohmann::json config = nlohmann::json::parse(slurp(tiny_model_dir() / "config.json"));

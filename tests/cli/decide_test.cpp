@@ -34,7 +34,8 @@ void expect_answer(const json& answer, const json& request) {
     const json& asked = request["questions"][q];
     EXPECT_EQ(got["id"], asked.value("id", json()));
     const std::vector<double> probs = got["probs"].get<std::vector<double>>();
-    const size_t n = asked.contains("options") ? asked["options"].size() : asked["label_ids"].size();
+    const size_t n =
+        asked.contains("options") ? asked["options"].size() : asked["label_ids"].size();
     ASSERT_EQ(probs.size(), n);
     EXPECT_NEAR(std::accumulate(probs.begin(), probs.end(), 0.0), 1.0, 1e-6);
     const size_t choice = got["choice"].get<size_t>();
@@ -62,7 +63,8 @@ TEST(CliDecideTest, AnswersTheExamples) {
   size_t labelled = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     expect_answer(answers[i], requests[i]);
-    for (const json& q : requests[i]["questions"]) labelled += q.contains("answer") && !q["answer"].is_null();
+    for (const json& q : requests[i]["questions"])
+      labelled += q.contains("answer") && !q["answer"].is_null();
   }
   const std::string n_labelled = std::to_string(labelled);
   EXPECT_NE(r.err.find("/" + n_labelled + " = "), std::string::npos) << r.err;
@@ -119,7 +121,8 @@ TEST(CliDecideTest, OutputFile) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ScratchDir dir;
   const std::filesystem::path out = dir.path() / "answers.jsonl";
-  const CliResult r = run_flide(decide(tiny_model_dir(), kExampleIds, "--output " + shell_quote(out.string())));
+  const CliResult r =
+      run_flide(decide(tiny_model_dir(), kExampleIds, "--output " + shell_quote(out.string())));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(read_jsonl(out.string()).size(), 2u);
@@ -155,7 +158,8 @@ TEST(CliDecideTest, BadLinesAreReportedAndTheOthersAnswered) {
       {R"({"context": 5, "questions": []})", R"("context": must be a string, got number)"},
       {R"({"context": "c"})", R"("questions": missing)"},
       {R"({"context": "c", "questions": {}})", R"("questions": must be an array, got object)"},
-      {R"({"context": "c", "questions": [{"options": ["a"]}]})", R"("questions"[0].question: missing)"},
+      {R"({"context": "c", "questions": [{"options": ["a"]}]})",
+       R"("questions"[0].question: missing)"},
       {R"({"context": "c", "questions": [{"question": "q", "options": ["a", 7]}]})",
        R"("questions"[0].options[1]: must be a string, got number)"},
       {R"({"context": "c", "questions": [{"question": "q", "options": ["a", "b"], "answer": 2}]})",
@@ -165,7 +169,8 @@ TEST(CliDecideTest, BadLinesAreReportedAndTheOthersAnswered) {
       {R"({"context": "c", "context_ids": [1], "questions": []})",
        R"("context_ids": give either "context" or "context_ids")"},
       {R"({"questions": []})", R"("context": missing)"},
-      {R"({"context_ids": [1, )" + std::to_string(vocab) + R"(], "questions": [{"ids": [4], "label_ids": [5]}]})",
+      {R"({"context_ids": [1, )" + std::to_string(vocab) +
+           R"(], "questions": [{"ids": [4], "label_ids": [5]}]})",
        R"("context_ids"[1]: token id )" + std::to_string(vocab) + " outside the vocabulary"},
       {R"({"context_ids": [1], "questions": [{"ids": [], "label_ids": [5]}]})",
        R"("questions"[0].ids: no token ids)"},
@@ -194,7 +199,8 @@ TEST(CliDecideTest, BadLinesAreReportedAndTheOthersAnswered) {
     const json& answer = answers[i + 1];
     EXPECT_EQ(answer.value("line", 0u), line) << answer.dump();
     EXPECT_NE(answer.value("error", "").find(bad[i].message), std::string::npos) << answer.dump();
-    const std::string reported = "flide: error: line " + std::to_string(line) + ": " + bad[i].message;
+    const std::string reported =
+        "flide: error: line " + std::to_string(line) + ": " + bad[i].message;
     EXPECT_NE(r.err.find(reported), std::string::npos) << "missing: " << reported << "\n" << r.err;
   }
   EXPECT_EQ(answers[1]["id"], json());  // unreadable line: null id

@@ -22,7 +22,8 @@ TEST(CliTokenizeTest, TextFlagAndStdinAgree) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   const std::string model = "--model " + shell_quote(tiny_model_dir().string());
   const std::string text = "Hello world, this is flide.\n";
-  const std::vector<int> from_flag = ids_of(run_flide("tokenize " + model + " --text " + shell_quote(text)));
+  const std::vector<int> from_flag =
+      ids_of(run_flide("tokenize " + model + " --text " + shell_quote(text)));
   const std::vector<int> from_stdin = ids_of(run_flide("tokenize " + model, text));
   EXPECT_FALSE(from_flag.empty());
   EXPECT_EQ(from_flag, from_stdin);
@@ -32,9 +33,11 @@ TEST(CliTokenizeTest, TextFlagAndStdinAgree) {
 TEST(CliTokenizeTest, SpecialTokensAreMatched) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   const std::string model = "--model " + shell_quote(tiny_model_dir().string());
-  const std::vector<int> special = ids_of(run_flide("tokenize " + model + " --text '<|im_start|>'"));
+  const std::vector<int> special =
+      ids_of(run_flide("tokenize " + model + " --text '<|im_start|>'"));
   ASSERT_EQ(special.size(), 1u);
-  const std::vector<int> turn = ids_of(run_flide("tokenize " + model + " --text '<|im_start|>user'"));
+  const std::vector<int> turn =
+      ids_of(run_flide("tokenize " + model + " --text '<|im_start|>user'"));
   ASSERT_GE(turn.size(), 2u);
   EXPECT_EQ(turn[0], special[0]);
 }
@@ -49,7 +52,8 @@ TEST(CliTokenizeTest, TokenizerFile) {
 
 TEST(CliTokenizeTest, MissingTokenizer) {
   ScratchDir dir;
-  const CliResult r = run_flide("tokenize --model " + shell_quote(dir.path().string()) + " --text x");
+  const CliResult r =
+      run_flide("tokenize --model " + shell_quote(dir.path().string()) + " --text x");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("tokenizer.json\" not found"), std::string::npos) << r.err;
 }

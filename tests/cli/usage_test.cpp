@@ -58,7 +58,8 @@ TEST(CliUsageTest, FlagMistakesAreNamed) {
     const CliResult r = run_flide(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args;
     EXPECT_NE(r.err.find(std::string("flide: error: ") + c.message), std::string::npos)
-        << c.args << "\n" << r.err;
+        << c.args << "\n"
+        << r.err;
   }
 }
 
@@ -67,7 +68,8 @@ TEST(CliUsageTest, UnknownDtypeAndMode) {
   const std::string input = shell_quote(dir.write("in.jsonl", "").string());
   CliResult r = run_flide("decide --model m --input " + input + " --dtype bf16");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("flide: error: --dtype: unknown dtype \"bf16\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("flide: error: --dtype: unknown dtype \"bf16\""), std::string::npos)
+      << r.err;
   r = run_flide("decide --model m --input " + input + " --mode=both");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("flide: error: --mode: unknown mode \"both\""), std::string::npos) << r.err;
@@ -82,9 +84,8 @@ TEST(CliUsageTest, MissingModelDirectory) {
       R"({"context_ids": [1], "questions": [{"ids": [2], "label_ids": [3, 4]}]})";
   const std::string input = shell_quote(dir.write("in.jsonl", request + "\n").string());
   const std::string missing = (dir.path() / "no_such_model").string();
-  for (const std::string& args :
-       {"decide --model " + shell_quote(missing) + " --input " + input,
-        "logits --model " + shell_quote(missing) + " --ids 1,2"}) {
+  for (const std::string& args : {"decide --model " + shell_quote(missing) + " --input " + input,
+                                  "logits --model " + shell_quote(missing) + " --ids 1,2"}) {
     const CliResult r = run_flide(args);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(r.signal, 0);

@@ -5,9 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "backend/stream.h"
 

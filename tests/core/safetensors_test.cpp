@@ -11,7 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -117,22 +116,27 @@ TEST_F(SafetensorsTest, SingleFileConvertsEveryDtype) {
   const std::vector<float> bf16_values = {1.0f, -2.5f, 3.140625f, -0.0078125f, 65280.0f, 0.0f};
   // f16: 1, -2, smallest subnormal 2^-24, largest subnormal 1023 * 2^-24, -2^-24, 65504, -inf
   const std::vector<uint16_t> f16_bits = {0x3C00, 0xC000, 0x0001, 0x03FF, 0x8001, 0x7BFF, 0xFC00};
-  const std::vector<float> f16_values = {1.0f,           -2.0f,   std::ldexp(1.0f, -24),
-                                         1023.0f * std::ldexp(1.0f, -24), -std::ldexp(1.0f, -24),
-                                         65504.0f,       -std::numeric_limits<float>::infinity()};
+  const std::vector<float> f16_values = {1.0f,
+                                         -2.0f,
+                                         std::ldexp(1.0f, -24),
+                                         1023.0f * std::ldexp(1.0f, -24),
+                                         -std::ldexp(1.0f, -24),
+                                         65504.0f,
+                                         -std::numeric_limits<float>::infinity()};
   const std::vector<float> f32_values = {0.1f, -1e-30f, 3.4e38f};
   const std::vector<double> f64_values = {0.5, -1.25, 1e-3};
-  write_safetensors(dir_ / "model.safetensors",
-                    {{"x.bf16", "BF16", {2, 3}, bf16_bytes(bf16_values)},
-                     {"x.f16", "F16", {7}, to_bytes(f16_bits)},  // 7 elements: F32 below is unaligned
-                     {"x.f32", "F32", {3, 1}, to_bytes(f32_values)},
-                     {"x.f64", "F64", {3}, to_bytes(f64_values)},
-                     {"x.scalar", "F32", {}, to_bytes(std::vector<float>{42.0f})},
-                     {"x.empty", "BF16", {0, 4}, {}}});
+  write_safetensors(
+      dir_ / "model.safetensors",
+      {{"x.bf16", "BF16", {2, 3}, bf16_bytes(bf16_values)},
+       {"x.f16", "F16", {7}, to_bytes(f16_bits)},  // 7 elements: F32 below is unaligned
+       {"x.f32", "F32", {3, 1}, to_bytes(f32_values)},
+       {"x.f64", "F64", {3}, to_bytes(f64_values)},
+       {"x.scalar", "F32", {}, to_bytes(std::vector<float>{42.0f})},
+       {"x.empty", "BF16", {0, 4}, {}}});
 
   SafetensorsStore store = SafetensorsStore::open(dir_);
-  EXPECT_EQ(store.names(), (std::vector<std::string>{"x.bf16", "x.empty", "x.f16", "x.f32",
-                                                     "x.f64", "x.scalar"}));
+  EXPECT_EQ(store.names(),
+            (std::vector<std::string>{"x.bf16", "x.empty", "x.f16", "x.f32", "x.f64", "x.scalar"}));
   EXPECT_TRUE(store.has("x.f16"));
   EXPECT_FALSE(store.has("__metadata__"));
   EXPECT_FALSE(store.has("missing"));
@@ -237,7 +241,8 @@ TEST_F(SafetensorsTest, TruncatedHeader) {
 }
 
 TEST_F(SafetensorsTest, CorruptHeaderJson) {
-  const std::string header = R"({"a.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]})";
+  const std::string header =
+      R"({"a.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]})";
   write_file(dir_ / "model.safetensors", header.size(), header.substr(0, header.size() - 1) + "x",
              std::vector<uint8_t>(4));
   std::string msg = error_of([&] { SafetensorsStore::open(dir_); });
@@ -250,7 +255,8 @@ TEST_F(SafetensorsTest, CorruptHeaderJson) {
 }
 
 TEST_F(SafetensorsTest, HeaderLengthLargerThanFile) {
-  const std::string header = R"({"a.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  const std::string header =
+      R"({"a.weight": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
   write_file(dir_ / "model.safetensors", header.size() + 1000, header, std::vector<uint8_t>(4));
   std::string msg = error_of([&] { SafetensorsStore::open(dir_); });
   EXPECT_THAT(msg, HasSubstr("model.safetensors"));
@@ -365,8 +371,9 @@ TEST_F(SafetensorsTest, TensorInTwoShards) {
   write_safetensors(dir_ / "s1.safetensors", f32_pair());
   write_safetensors(dir_ / "s2.safetensors",
                     {{"a.weight", "F32", {1}, to_bytes(std::vector<float>{1})}});
-  write_text(dir_ / "model.safetensors.index.json",
-             json{{"weight_map", {{"a.weight", "s1.safetensors"}, {"x", "s2.safetensors"}}}}.dump());
+  write_text(
+      dir_ / "model.safetensors.index.json",
+      json{{"weight_map", {{"a.weight", "s1.safetensors"}, {"x", "s2.safetensors"}}}}.dump());
   std::string msg = error_of([&] { SafetensorsStore::open(dir_); });
   EXPECT_THAT(msg, HasSubstr("tensor a.weight appears in both"));
 }
@@ -389,7 +396,9 @@ TEST_F(SafetensorsTest, ReadShapeMismatch) {
   SafetensorsStore store = SafetensorsStore::open(dir_);
   EXPECT_EQ(error_of([&] { store.read_f32("a.weight", {4}); }),
             "tensor a.weight in model.safetensors has shape [2, 2], expected [4]");
-  EXPECT_EQ(error_of([&] { store.read_f32("b.weight", {1, 3}); }),
+  EXPECT_EQ(error_of([&] {
+              store.read_f32("b.weight", {1, 3});
+            }),
             "tensor b.weight in model.safetensors has shape [3], expected [1, 3]");
 }
 

@@ -37,10 +37,9 @@ TEST(DecisionPromptTest, OptionLabels) {
 
 TEST(DecisionPromptTest, WorkedExampleIsByteExact) {
   const std::string state = "I was charged twice for my order last week and nobody has replied.";
-  const DecisionQuestion q = choice("Which team should handle this?",
-                                    {{"billing", "payments and refunds"},
-                                     {"shipping", ""},
-                                     {"technical", ""}});
+  const DecisionQuestion q =
+      choice("Which team should handle this?",
+             {{"billing", "payments and refunds"}, {"shipping", ""}, {"technical", ""}});
   EXPECT_EQ(render_question_prompt(state, q),
             "<|im_start|>user\n"
             "State:\n"
@@ -72,14 +71,14 @@ TEST(DecisionPromptTest, ScoreAppendsTheRatingInstruction) {
 }
 
 TEST(DecisionPromptTest, NoulFillsEmptyDescriptionsWithTheDefaults) {
-  const DecisionQuestion defaults{QuestionType::QuestionType_noul, "The customer is angry.",
-                                  {{"yes", ""}, {"no", ""}}};
+  const DecisionQuestion defaults{
+      QuestionType::QuestionType_noul, "The customer is angry.", {{"yes", ""}, {"no", ""}}};
   EXPECT_EQ(render_question_content("s", defaults),
             "State:\ns\n\nQuestion: The customer is angry.\nOptions:\n"
             "[A] yes: The statement is true.\n[B] no: The statement is false.\n\n"
             "Answer with the letter of the best option only.");
-  const DecisionQuestion given{QuestionType::QuestionType_noul, "Angry?",
-                               {{"yes", "clearly upset"}, {"no", ""}}};
+  const DecisionQuestion given{
+      QuestionType::QuestionType_noul, "Angry?", {{"yes", "clearly upset"}, {"no", ""}}};
   EXPECT_NE(render_question_content("s", given)
                 .find("[A] yes: clearly upset\n[B] no: The statement is false.\n"),
             std::string::npos);
@@ -135,8 +134,9 @@ class DecisionTreeTest : public ::testing::TestWithParam<std::string> {
 
 std::string random_text(std::mt19937& rng, int words) {
   static const std::vector<std::string> pool = {
-      "the", "order", "Refund", "café", "naïve", "日本語", "42", "3.14", "--", "!!", "(a)",
-      "\"quoted\"", "it's", "we'll", "  ", "\t", "\n", "x", "URL:", "e-mail", "émigré", "🙂"};
+      "the", "order", "Refund", "café",       "naïve",  "日本語", "42", "3.14",
+      "--",  "!!",    "(a)",    "\"quoted\"", "it's",   "we'll",  "  ", "\t",
+      "\n",  "x",     "URL:",   "e-mail",     "émigré", "🙂"};
   std::string out;
   for (int i = 0; i < words; ++i) {
     if (i > 0) out += ' ';
@@ -157,8 +157,8 @@ TEST_P(DecisionTreeTest, RandomStatesAndQuestionsAreExact) {
       DecisionQuestion question = choice(random_text(rng, 1 + int(rng() % 8)), {});
       const int n_options = 1 + int(rng() % 5);
       for (int o = 0; o < n_options; ++o)
-        question.options.push_back({random_text(rng, 1 + int(rng() % 3)),
-                                    rng() % 2 ? "" : random_text(rng, 3)});
+        question.options.push_back(
+            {random_text(rng, 1 + int(rng() % 3)), rng() % 2 ? "" : random_text(rng, 3)});
       questions.push_back(std::move(question));
     }
     expect_exact(state, questions);
@@ -168,8 +168,8 @@ TEST_P(DecisionTreeTest, RandomStatesAndQuestionsAreExact) {
 TEST_P(DecisionTreeTest, EdgeStates) {
   const std::vector<DecisionQuestion> two = {choice("Which?", {{"a", ""}, {"b", "second"}}),
                                              choice("Why?", {{"x", ""}})};
-  for (const std::string state : {"", " ", "\n", "\n\n", "a", "ends in newline\n",
-                                  "ends in space ", "ends in two newlines\n\n", "{\"k\": [1, 2]}"}) {
+  for (const std::string state : {"", " ", "\n", "\n\n", "a", "ends in newline\n", "ends in space ",
+                                  "ends in two newlines\n\n", "{\"k\": [1, 2]}"}) {
     expect_exact(state, two);
     expect_exact(state, {two[0]});
   }
@@ -182,7 +182,8 @@ TEST_P(DecisionTreeTest, TrunkStopsAtTheStateWhenQuestionsStartAlike) {
   const DecisionQuestion q = choice("Which option is the best one?", {{"a", ""}, {"b", ""}});
   expect_exact(state, {q, q});
   const Tree tree = build_decision_tree(*tokenizer_, state, {q, q});
-  const std::vector<int32_t> prefix = tokenizer_->encode("<|im_start|>user\nState:\n" + state + "\n\n");
+  const std::vector<int32_t> prefix =
+      tokenizer_->encode("<|im_start|>user\nState:\n" + state + "\n\n");
   EXPECT_LE(tree.nodes[0].tokens.size(), prefix.size());
   // Normal case (decision_api.md §1.4): the token split falls exactly after the state's "\n\n".
   EXPECT_EQ(tree.nodes[0].tokens, prefix);
@@ -193,10 +194,10 @@ TEST_P(DecisionTreeTest, AllFiftyTwoLettersAreDistinctSingleTokens) {
 }
 
 TEST_P(DecisionTreeTest, NoulAndScoreQuestions) {
-  const DecisionQuestion noul{QuestionType::QuestionType_noul, "It is urgent.",
-                              {{"yes", ""}, {"no", ""}}};
-  const DecisionQuestion score{QuestionType::QuestionType_score, "How urgent?",
-                               {{"0", "low"}, {"1", "mid"}, {"2", "high"}}};
+  const DecisionQuestion noul{
+      QuestionType::QuestionType_noul, "It is urgent.", {{"yes", ""}, {"no", ""}}};
+  const DecisionQuestion score{
+      QuestionType::QuestionType_score, "How urgent?", {{"0", "low"}, {"1", "mid"}, {"2", "high"}}};
   expect_exact("The server is down for every customer.", {noul, score});
 }
 
@@ -211,14 +212,21 @@ void expect_error(const std::function<void()>& f, const std::string& message) {
 
 TEST_P(DecisionTreeTest, Errors) {
   const Tokenizer& tok = *tokenizer_;
-  expect_error([&] { build_decision_tree(tok, "s", {}); }, "a decision needs at least one question");
-  expect_error([&] { build_decision_tree(tok, "s", {lettered(2), lettered(0)}); },
-               "question 1 has no options");
+  expect_error([&] { build_decision_tree(tok, "s", {}); },
+               "a decision needs at least one question");
+  expect_error(
+      [&] {
+        build_decision_tree(tok, "s", {lettered(2), lettered(0)});
+      },
+      "question 1 has no options");
   expect_error([&] { build_decision_tree(tok, "s", {lettered(kMaxOptions + 1)}); },
                "question 0: 53 options, at most 52 are supported");
   const DecisionQuestion noul{QuestionType::QuestionType_noul, "x", {{"yes", ""}}};
-  expect_error([&] { build_decision_tree(tok, "s", {lettered(2), lettered(3), noul}); },
-               "question 2: a noul question has exactly 2 options (yes, no), got 1");
+  expect_error(
+      [&] {
+        build_decision_tree(tok, "s", {lettered(2), lettered(3), noul});
+      },
+      "question 2: a noul question has exactly 2 options (yes, no), got 1");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -21,8 +21,8 @@ const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
 using test::random_tree;
 
 struct Diff {
-  double prob = 0.0;     // max |p_fork - p_independent|
-  double loglik = 0.0;   // max relative difference of loglik sums
+  double prob = 0.0;    // max |p_fork - p_independent|
+  double loglik = 0.0;  // max relative difference of loglik sums
 };
 
 Diff compare(const Tree& tree, const TreeResult& a, const TreeResult& b) {

@@ -1,8 +1,8 @@
 // The flat stream's layout: nodes by level, positions continuing from the parent, slots only
 // for parents, readout rows with full-vocabulary rows first and every row once.
-#include <gtest/gtest.h>
-
 #include "engine/stream_assembler.h"
+
+#include <gtest/gtest.h>
 
 namespace flide {
 namespace {
@@ -18,7 +18,7 @@ TEST(StreamAssembler, OrdersByLevelAndForksState) {
   int32_t full_a = sa.read_full(q1_child, 0);
   int32_t full_b = sa.read_full(q1, 1);
   EXPECT_EQ(sa.read_full(q1_child, 0), full_a);  // the same row is read once
-  sa.read_selected(q1, 1, {13});                  // a row both full and selected
+  sa.read_selected(q1, 1, {13});                 // a row both full and selected
   (void)trunk_b;
   Stream s = sa.finish();
 

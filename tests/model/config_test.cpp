@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -26,7 +25,8 @@ constexpr auto kFull = LayerType::LayerType_full_attention;
 // A small flat Qwen3_5ForCausalLM config in the shape of the real ones.
 json flat_config() {
   json layer_types = json::array();
-  for (int i = 0; i < 6; ++i) layer_types.push_back(i % 3 == 2 ? "full_attention" : "linear_attention");
+  for (int i = 0; i < 6; ++i)
+    layer_types.push_back(i % 3 == 2 ? "full_attention" : "linear_attention");
   return {{"architectures", {"Qwen3_5ForCausalLM"}},
           {"model_type", "qwen3_5_text"},
           {"vocab_size", 1000},
@@ -100,7 +100,8 @@ TEST(Qwen35Config, FlatCausalLM) {
   EXPECT_EQ(c.linear_conv_kernel_dim, 4);
   EXPECT_EQ(c.rms_norm_eps, 1e-5);
   EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_EQ(c.layer_types, (std::vector<LayerType>{kLinear, kLinear, kFull, kLinear, kLinear, kFull}));
+  EXPECT_EQ(c.layer_types,
+            (std::vector<LayerType>{kLinear, kLinear, kFull, kLinear, kLinear, kFull}));
   EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{7});
 }
 
@@ -116,8 +117,8 @@ TEST(Qwen35Config, MultimodalReadsTextConfig) {
 
 TEST(Qwen35Config, Defaults) {
   json cfg = flat_config();
-  for (const char* key : {"rms_norm_eps", "rope_parameters", "hidden_act", "tie_word_embeddings",
-                          "eos_token_id"})
+  for (const char* key :
+       {"rms_norm_eps", "rope_parameters", "hidden_act", "tie_word_embeddings", "eos_token_id"})
     cfg.erase(key);
   cfg["bos_token_id"] = nullptr;
   Qwen35Config c = Qwen35Config::parse(cfg);
@@ -144,11 +145,13 @@ TEST(Qwen35Config, DerivedLayerTypes) {
   json cfg = flat_config();
   cfg.erase("layer_types");
   cfg["num_hidden_layers"] = 8;
-  EXPECT_EQ(Qwen35Config::parse(cfg).layer_types,
-            (std::vector<LayerType>{kLinear, kLinear, kLinear, kFull, kLinear, kLinear, kLinear, kFull}));
+  EXPECT_EQ(
+      Qwen35Config::parse(cfg).layer_types,
+      (std::vector<LayerType>{kLinear, kLinear, kLinear, kFull, kLinear, kLinear, kLinear, kFull}));
   cfg["full_attention_interval"] = 2;
-  EXPECT_EQ(Qwen35Config::parse(cfg).layer_types,
-            (std::vector<LayerType>{kLinear, kFull, kLinear, kFull, kLinear, kFull, kLinear, kFull}));
+  EXPECT_EQ(
+      Qwen35Config::parse(cfg).layer_types,
+      (std::vector<LayerType>{kLinear, kFull, kLinear, kFull, kLinear, kFull, kLinear, kFull}));
   cfg["layer_types"] = nullptr;  // null means "derive", as in HF
   EXPECT_EQ(Qwen35Config::parse(cfg).layer_types.size(), 8u);
   cfg["full_attention_interval"] = 0;
@@ -157,7 +160,8 @@ TEST(Qwen35Config, DerivedLayerTypes) {
 
 TEST(Qwen35Config, LegacyLayerTypeSpellings) {
   json cfg = flat_config();
-  cfg["layer_types"] = {"mamba", "mamba", "attention", "linear_attention", "mamba", "full_attention"};
+  cfg["layer_types"] = {"mamba", "mamba",         "attention", "linear_attention",
+                        "mamba", "full_attention"};
   EXPECT_EQ(Qwen35Config::parse(cfg).layer_types,
             (std::vector<LayerType>{kLinear, kLinear, kFull, kLinear, kLinear, kFull}));
 }
@@ -208,7 +212,8 @@ TEST(Qwen35Config, WrongType) {
   for (const json& bad : {json("1024"), json(64.5), json(true), json(0), json(-4), json::array()}) {
     json mm = multimodal_config();
     mm["text_config"]["hidden_size"] = bad;
-    EXPECT_THAT(error_of(mm), HasSubstr("config.json: \"text_config.hidden_size\" must be a positive integer"))
+    EXPECT_THAT(error_of(mm),
+                HasSubstr("config.json: \"text_config.hidden_size\" must be a positive integer"))
         << bad.dump();
   }
   json cfg = flat_config();
@@ -232,7 +237,8 @@ TEST(Qwen35Config, WrongType) {
 TEST(Qwen35Config, BadLayerTypes) {
   json cfg = flat_config();
   cfg["layer_types"][4] = "sliding_attention";
-  EXPECT_THAT(error_of(cfg), HasSubstr("\"layer_types[4]\" must be \"linear_attention\" or \"full_attention\""));
+  EXPECT_THAT(error_of(cfg),
+              HasSubstr("\"layer_types[4]\" must be \"linear_attention\" or \"full_attention\""));
   cfg = flat_config();
   cfg["layer_types"].erase(5);
   EXPECT_THAT(error_of(cfg), HasSubstr("\"layer_types\" has 5 entries but num_hidden_layers is 6"));
@@ -244,10 +250,12 @@ TEST(Qwen35Config, BadLayerTypes) {
 TEST(Qwen35Config, HeadsNotDividing) {
   json cfg = flat_config();
   cfg["num_key_value_heads"] = 3;
-  EXPECT_THAT(error_of(cfg), HasSubstr("\"num_key_value_heads\" (3) must divide num_attention_heads (4)"));
+  EXPECT_THAT(error_of(cfg),
+              HasSubstr("\"num_key_value_heads\" (3) must divide num_attention_heads (4)"));
   cfg = flat_config();
   cfg["linear_num_value_heads"] = 5;
-  EXPECT_THAT(error_of(cfg), HasSubstr("\"linear_num_key_heads\" (2) must divide linear_num_value_heads (5)"));
+  EXPECT_THAT(error_of(cfg),
+              HasSubstr("\"linear_num_key_heads\" (2) must divide linear_num_value_heads (5)"));
 }
 
 TEST(Qwen35Config, UnsupportedArchitecture) {
@@ -274,14 +282,17 @@ TEST(Qwen35Config, UnsupportedMath) {
   EXPECT_THAT(error_of(cfg), HasSubstr("\"rope_scaling.type\""));
   cfg = flat_config();
   cfg["rope_parameters"]["partial_rotary_factor"] = 1.5;
-  EXPECT_THAT(error_of(cfg), HasSubstr("\"rope_parameters.partial_rotary_factor\" must be in (0, 1]"));
+  EXPECT_THAT(error_of(cfg),
+              HasSubstr("\"rope_parameters.partial_rotary_factor\" must be in (0, 1]"));
   cfg = flat_config();
   cfg["head_dim"] = 6;  // 6 * 0.5 = 3 rotary dims: RoPE rotates pairs
-  EXPECT_THAT(error_of(cfg), HasSubstr("\"rope_parameters.partial_rotary_factor\" gives rotary_dim 3"));
+  EXPECT_THAT(error_of(cfg),
+              HasSubstr("\"rope_parameters.partial_rotary_factor\" gives rotary_dim 3"));
 }
 
 TEST(Qwen35Config, Load) {
-  const fs::path dir = fs::temp_directory_path() / ("flide_config_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("flide_config_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   try {

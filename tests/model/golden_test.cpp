@@ -15,7 +15,6 @@
 #include <cmath>
 #include <filesystem>
 
-
 #include "common/golden_cases.h"
 #include "model/model.h"
 

@@ -2,25 +2,25 @@
 // chunked, the documented distributions, the shapes of a real config (golden_gqa: the same
 // parameter count as its checkpoint), a forward with finite, spread-out logits, and
 // Model::gemm_shapes equal to the matmuls the forward really makes.
+#include "model/random_weights.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <random>
-
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/error.h"
 #include "model/model.h"
-#include "model/random_weights.h"
 
 namespace flide {
 namespace {
 
-const std::filesystem::path kGolden = std::filesystem::path(FLIDE_SOURCE_DIR) / "tests/data/golden_gqa";
+const std::filesystem::path kGolden =
+    std::filesystem::path(FLIDE_SOURCE_DIR) / "tests/data/golden_gqa";
 
 struct Moments {
   double mean = 0, std = 0, min = 1e300, max = -1e300;
@@ -184,8 +184,7 @@ class MatmulRecorder final : public Ops {
     in_.split_query_gate(qg, q, g, h, d);
   }
   void rope(View x, Rows w, int h, int d, int r, double t) override { in_.rope(x, w, h, d, r, t); }
-  void attention(View q, View k, View v, View o, Rows w, int hq, int hk, int d,
-                 double s) override {
+  void attention(View q, View k, View v, View o, Rows w, int hq, int hk, int d, double s) override {
     in_.attention(q, k, v, o, w, hq, hk, d, s);
   }
   void causal_conv_silu(View x, View w, View win, View o, int l) override {

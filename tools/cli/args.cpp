@@ -33,7 +33,9 @@ Args Args::parse(const std::vector<std::string>& argv, const std::vector<FlagSpe
   return args;
 }
 
-bool Args::has(std::string_view name) const { return values_.find(name) != values_.end(); }
+bool Args::has(std::string_view name) const {
+  return values_.find(name) != values_.end();
+}
 
 std::optional<std::string> Args::value(std::string_view name) const {
   auto it = values_.find(name);

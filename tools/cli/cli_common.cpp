@@ -1,8 +1,6 @@
 // Shared CLI helpers (see cli_common.h).
 #include "cli_common.h"
 
-#include "args.h"
-
 #include <charconv>
 #include <fstream>
 #include <iostream>
@@ -10,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "args.h"
 #include "core/error.h"
 
 namespace flide::cli {
@@ -25,8 +24,9 @@ DType parse_dtype(const std::optional<std::string>& value, Device device) {
   if (!value || *value == "f32") return DType::DType_f32;
   if (*value == "f64") return DType::DType_f64;
   if (*value == "bf16")
-    throw Error("--dtype: unknown dtype \"bf16\" for --device cpu (the CPU backend runs f32 or "
-                "f64; bf16 needs --device cuda)");
+    throw Error(
+        "--dtype: unknown dtype \"bf16\" for --device cpu (the CPU backend runs f32 or "
+        "f64; bf16 needs --device cuda)");
   throw Error(cat("--dtype: unknown dtype \"", *value, "\" (the CPU backend runs f32 or f64)"));
 }
 

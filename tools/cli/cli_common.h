@@ -1,6 +1,7 @@
 // Pieces every flide subcommand shares: exit codes, the --device/--dtype/--mode/--threads values,
-// making the backend and loading a model onto it, and reading whole files. Parsing here is strict: a bad value is a
-// flide::Error naming the flag, which main turns into `flide: error: ...` and exit code 2.
+// making the backend and loading a model onto it, and reading whole files. Parsing here is strict:
+// a bad value is a flide::Error naming the flag, which main turns into `flide: error: ...` and exit
+// code 2.
 #pragma once
 
 #include <cstdint>

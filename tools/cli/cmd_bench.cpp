@@ -16,9 +16,8 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
-#include <utility>
-
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "args.h"
 #include "cli_common.h"
@@ -34,7 +33,8 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kUsage = R"(usage: flide bench (--model DIR | --config CONFIG.json) --workload W [options]
+constexpr const char* kUsage =
+    R"(usage: flide bench (--model DIR | --config CONFIG.json) --workload W [options]
 
 Times single decision requests and prints tokens computed, the median, p10 and p90 latency,
 and the GEMM-only floor: the time of just the matrix products that forward performs.
@@ -145,7 +145,7 @@ struct ModeResult {
   int64_t tokens = 0;  // stream rows of one request
   Summary latency;     // ms
   std::vector<GemmShape> gemms;
-  Summary floor;       // ms
+  Summary floor;  // ms
   double gemm_flop = 0;
   std::string profile;  // the backend's report of the profiled round (--profile)
 };
@@ -368,11 +368,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
     return kExitOk;
   }
 
-  std::printf("workload %s: trunk %" PRId64 " + %" PRId64 " questions (%" PRId64
-              " tokens); %s\n",
+  std::printf("workload %s: trunk %" PRId64 " + %" PRId64 " questions (%" PRId64 " tokens); %s\n",
               workload.description.c_str(), workload.trunk_tokens, workload.questions,
               workload.branch_tokens, backend_description(backend).c_str());
-  std::printf("model %s%s: %s parameters, %" PRId64 " layers, loaded in %.1f s; %d reps after %d "
+  std::printf("model %s%s: %s parameters, %" PRId64
+              " layers, loaded in %.1f s; %d reps after %d "
               "warm-up\n",
               source.path.c_str(), random ? cat(" (random weights, seed ", seed, ")").c_str() : "",
               format_params(info.n_params).c_str(), info.n_layers, load_s, reps, warmup);
@@ -380,8 +380,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "p90 ms", "GEMM floor ms", "GEMM TFLOP/s");
   for (const ModeResult& r : results)
     std::printf("%-12s %8" PRId64 " %11.3f %9.3f %9.3f %15.3f %13.3f\n",
-                std::string(mode_name(r.mode)).c_str(), r.tokens, r.latency.median,
-                r.latency.p10, r.latency.p90, r.floor.median,
+                std::string(mode_name(r.mode)).c_str(), r.tokens, r.latency.median, r.latency.p10,
+                r.latency.p90, r.floor.median,
                 r.floor.median > 0 ? r.gemm_flop / (r.floor.median * 1e-3) / 1e12 : 0.0);
   if (both)
     std::printf("independent / fork: latency %.2fx, tokens %.2fx\n", latency_ratio, token_ratio);

@@ -8,9 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "args.h"
 #include "cli_common.h"
@@ -25,7 +24,8 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr const char* kUsage = R"(usage: flide decide (--model DIR | --config CONFIG.json) --input FILE.jsonl [options]
+constexpr const char* kUsage =
+    R"(usage: flide decide (--model DIR | --config CONFIG.json) --input FILE.jsonl [options]
 
 Answers decision requests: one JSON object per input line, either text
   {"id": ..., "context": "...",
@@ -187,12 +187,13 @@ int cmd_decide(const std::vector<std::string>& argv) {
   for (const Entry& entry : entries) {
     if (!entry.request || !entry.request->is_text) continue;
     if (source.random)
-      throw Error(cat("line ", entry.line, " is a text request; random weights (--config) take "
+      throw Error(cat("line ", entry.line,
+                      " is a text request; random weights (--config) take "
                       "token ids only"));
     const std::filesystem::path path = source.path / "tokenizer.json";
     if (!std::filesystem::exists(path))
-      throw Error(cat(path, " not found; line ", entry.line,
-                      " is a text request and needs the tokenizer"));
+      throw Error(
+          cat(path, " not found; line ", entry.line, " is a text request and needs the tokenizer"));
     tokenizer.emplace(Tokenizer::load(path));
     break;
   }

@@ -3,7 +3,6 @@
 // root node, no tree), because a Tree readout returns only label distributions.
 #include <charconv>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "args.h"
@@ -73,9 +72,13 @@ Stream sequence_stream(const std::vector<int32_t>& ids, bool all_rows) {
 }  // namespace
 
 int cmd_logits(const std::vector<std::string>& argv) {
-  const Args args = Args::parse(
-      argv, {{"model", true}, {"ids", true}, {"all", false}, {"device", true}, {"dtype", true},
-             {"threads", true}, {"help", false}});
+  const Args args = Args::parse(argv, {{"model", true},
+                                       {"ids", true},
+                                       {"all", false},
+                                       {"device", true},
+                                       {"dtype", true},
+                                       {"threads", true},
+                                       {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
     return kExitOk;

@@ -2,7 +2,6 @@
 // tokens such as <|im_start|> are matched, nothing is added), to build token-id requests or
 // compare with Hugging Face `tokenizers`.
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "args.h"
@@ -31,18 +30,17 @@ options:
 }  // namespace
 
 int cmd_tokenize(const std::vector<std::string>& argv) {
-  const Args args = Args::parse(
-      argv, {{"model", true}, {"tokenizer", true}, {"text", true}, {"help", false}});
+  const Args args =
+      Args::parse(argv, {{"model", true}, {"tokenizer", true}, {"text", true}, {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
     return kExitOk;
   }
   if (args.has("model") == args.has("tokenizer"))
     throw Error("give exactly one of --model DIR and --tokenizer FILE");
-  const std::filesystem::path path = args.has("model")
-                                         ? std::filesystem::path(args.required("model")) /
-                                               "tokenizer.json"
-                                         : std::filesystem::path(args.required("tokenizer"));
+  const std::filesystem::path path =
+      args.has("model") ? std::filesystem::path(args.required("model")) / "tokenizer.json"
+                        : std::filesystem::path(args.required("tokenizer"));
   if (!std::filesystem::is_regular_file(path)) throw Error(cat(path, " not found"));
   const Tokenizer tokenizer = Tokenizer::load(path);
   const std::string text = args.has("text") ? args.required("text") : read_stdin();

@@ -66,15 +66,14 @@ std::optional<int> answer(const json& question, const std::string& path, size_t 
 DecisionQuestion text_question(const json& q, const std::string& path) {
   const json& text = required(q, "question", path + ".question");
   if (!text.is_string() || text.get_ref<const std::string&>().empty())
-    fail(path + ".question", cat("must be a non-empty string, got ",
-                                 text.is_string() ? "\"\"" : text.type_name()));
+    fail(path + ".question",
+         cat("must be a non-empty string, got ", text.is_string() ? "\"\"" : text.type_name()));
   const std::string options_path = path + ".options";
   const json& options = required(q, "options", options_path);
   if (!options.is_array()) fail(options_path, cat("must be an array, got ", options.type_name()));
   if (options.empty()) fail(options_path, "no options");
   if (options.size() > size_t(kMaxOptions))
-    fail(options_path,
-         cat(options.size(), " options, at most ", kMaxOptions, " are supported"));
+    fail(options_path, cat(options.size(), " options, at most ", kMaxOptions, " are supported"));
 
   DecisionQuestion out;
   out.type = QuestionType::QuestionType_choice;
@@ -90,18 +89,21 @@ DecisionQuestion text_question(const json& q, const std::string& path) {
 }  // namespace
 
 DecideRequest parse_decide_request(const json& line, int64_t vocab_size) {
-  if (!line.is_object()) throw Error(cat("a request must be a JSON object, got ", line.type_name()));
+  if (!line.is_object())
+    throw Error(cat("a request must be a JSON object, got ", line.type_name()));
   DecideRequest request;
   request.id = echo_id(line, "\"id\"");
 
   const bool has_text = line.contains("context");
   const bool has_ids = line.contains("context_ids");
-  if (has_text && has_ids) fail("\"context_ids\"", "give either \"context\" or \"context_ids\", not both");
+  if (has_text && has_ids)
+    fail("\"context_ids\"", "give either \"context\" or \"context_ids\", not both");
   if (!has_text && !has_ids) fail("\"context\"", "missing (or give \"context_ids\")");
   request.is_text = has_text;
   if (has_text) {
     const json& context = line.at("context");
-    if (!context.is_string()) fail("\"context\"", cat("must be a string, got ", context.type_name()));
+    if (!context.is_string())
+      fail("\"context\"", cat("must be a string, got ", context.type_name()));
     if (context.get_ref<const std::string&>().empty()) fail("\"context\"", "empty");
     request.context = context.get<std::string>();
   } else {

@@ -12,11 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/decision_prompt.h"
 #include "engine/tree.h"
@@ -25,17 +24,17 @@
 namespace flide::cli {
 
 struct DecideQuestion {
-  nlohmann::ordered_json id;   // echoed; null when absent
-  std::optional<int> answer;   // gold option index, when labelled
+  nlohmann::ordered_json id;  // echoed; null when absent
+  std::optional<int> answer;  // gold option index, when labelled
 };
 
 struct DecideRequest {
-  nlohmann::ordered_json id;                  // echoed; null when absent
+  nlohmann::ordered_json id;  // echoed; null when absent
   std::vector<DecideQuestion> questions;
   bool is_text = false;
   // text requests
   std::string context;
-  std::vector<DecisionQuestion> prompts;      // [questions]
+  std::vector<DecisionQuestion> prompts;  // [questions]
   // token-id requests: the finished tree
   Tree tree;
 };

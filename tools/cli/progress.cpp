@@ -8,7 +8,9 @@
 namespace flide::cli {
 
 Progress::Progress(size_t total)
-    : total_(total), enabled_(isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {
+    : total_(total),
+      enabled_(isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()) {
   draw();
 }
 

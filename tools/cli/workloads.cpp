@@ -2,9 +2,8 @@
 #include "workloads.h"
 
 #include <algorithm>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "cli_common.h"
 #include "core/error.h"
@@ -16,8 +15,8 @@ namespace flide::cli {
 namespace {
 
 constexpr SyntheticShape kSynthetic[] = {
-    {"race_all", 450, 4, 50, 4},       {"race_one", 450, 1, 50, 4},
-    {"quality_all", 5000, 18, 70, 4},  {"quality_one", 5000, 1, 70, 4},
+    {"race_all", 450, 4, 50, 4},      {"race_one", 450, 1, 50, 4},
+    {"quality_all", 5000, 18, 70, 4}, {"quality_one", 5000, 1, 70, 4},
     {"multirc_all", 330, 58, 35, 2},
 };
 

@@ -116,9 +116,9 @@ void CpuOps<T>::attention(View q, View k, View v, View out, Rows which, int head
   }
 }
 
-#define FLIDE_INSTANTIATE(T)                                                              \
-  template void CpuOps<T>::split_query_gate(View, View, View, int, int);                  \
-  template void CpuOps<T>::rope(View, Rows, int, int, int, double);                       \
+#define FLIDE_INSTANTIATE(T)                                             \
+  template void CpuOps<T>::split_query_gate(View, View, View, int, int); \
+  template void CpuOps<T>::rope(View, Rows, int, int, int, double);      \
   template void CpuOps<T>::attention(View, View, View, View, Rows, int, int, int, double);
 FLIDE_INSTANTIATE(float)
 FLIDE_INSTANTIATE(double)

@@ -160,9 +160,12 @@ template class CpuOps<double>;
 
 std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads) {
   switch (dtype) {
-    case DType::DType_f32: return std::make_unique<CpuOps<float>>(threads);
-    case DType::DType_f64: return std::make_unique<CpuOps<double>>(threads);
-    default: break;
+    case DType::DType_f32:
+      return std::make_unique<CpuOps<float>>(threads);
+    case DType::DType_f64:
+      return std::make_unique<CpuOps<double>>(threads);
+    default:
+      break;
   }
   throw Error(cat("cpu backend: unsupported compute dtype ", dtype_name(dtype)));
 }

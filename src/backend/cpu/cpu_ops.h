@@ -75,8 +75,8 @@ class CpuOps final : public Ops {
 
   void causal_conv_silu(View x, View w, View window, View out, int level) override;
   void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) override;
-  void gdn(View q, View k, View v, View g, View beta, View state, View out, int level,
-           int heads_k, int heads_v, int dim_k, int dim_v, GdnForm form) override;
+  void gdn(View q, View k, View v, View g, View beta, View state, View out, int level, int heads_k,
+           int heads_v, int dim_k, int dim_v, GdnForm form) override;
   void gated_rmsnorm(View o, View z, View w, View out, double eps) override;
 
   void select_logits(View h, View w, View out) override;

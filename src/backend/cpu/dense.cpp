@@ -104,8 +104,8 @@ void CpuOps<T>::gather_rows(View x, View out) {
 
 template <typename T>
 void CpuOps<T>::copy_cols(View x, int64_t col_begin, View out) {
-  FLIDE_CHECK(out.rows == x.rows && col_begin >= 0 && col_begin + out.cols <= x.cols, "x [",
-              x.rows, ", ", x.cols, "] cols [", col_begin, ", +", out.cols, ") out rows ", out.rows);
+  FLIDE_CHECK(out.rows == x.rows && col_begin >= 0 && col_begin + out.cols <= x.cols, "x [", x.rows,
+              ", ", x.cols, "] cols [", col_begin, ", +", out.cols, ") out rows ", out.rows);
   const int64_t C = out.cols;
 #pragma omp parallel for num_threads(threads_)
   for (int64_t r = 0; r < x.rows; ++r) {
@@ -129,15 +129,15 @@ void CpuOps<T>::l2norm(View x, double eps) {
   }
 }
 
-#define FLIDE_INSTANTIATE(T)                                                  \
-  template void CpuOps<T>::embed(View, View);                                 \
-  template void CpuOps<T>::rmsnorm(View, View, View, double, bool);           \
-  template void CpuOps<T>::matmul(View, View, View);                          \
-  template void CpuOps<T>::add(View, View);                                   \
-  template void CpuOps<T>::silu_mul(View, View, View);                        \
-  template void CpuOps<T>::sigmoid_mul(View, View);                           \
-  template void CpuOps<T>::gather_rows(View, View);                           \
-  template void CpuOps<T>::copy_cols(View, int64_t, View);                    \
+#define FLIDE_INSTANTIATE(T)                                        \
+  template void CpuOps<T>::embed(View, View);                       \
+  template void CpuOps<T>::rmsnorm(View, View, View, double, bool); \
+  template void CpuOps<T>::matmul(View, View, View);                \
+  template void CpuOps<T>::add(View, View);                         \
+  template void CpuOps<T>::silu_mul(View, View, View);              \
+  template void CpuOps<T>::sigmoid_mul(View, View);                 \
+  template void CpuOps<T>::gather_rows(View, View);                 \
+  template void CpuOps<T>::copy_cols(View, int64_t, View);          \
   template void CpuOps<T>::l2norm(View, double);
 FLIDE_INSTANTIATE(float)
 FLIDE_INSTANTIATE(double)

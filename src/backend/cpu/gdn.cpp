@@ -73,25 +73,25 @@ void gdn_recurrent_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
 // gamma the in-chunk cumulative g:
 //   attn = -(k_beta k^T * exp(gamma_i - gamma_j)) strictly lower; rows resolved by forward
 //   substitution into T = (I + A)^-1; U = T v_beta; W = T (k_beta exp(gamma));
-//   v_new = U - W S; o_i = (q_i exp(gamma_i)) S + sum_{j<=i} (q_i.k_j) exp(gamma_i - gamma_j) v_new_j;
-//   S = S exp(gamma_last) + sum_j (k_j exp(gamma_last - gamma_j)) v_new_j^T.
+//   v_new = U - W S; o_i = (q_i exp(gamma_i)) S + sum_{j<=i} (q_i.k_j) exp(gamma_i - gamma_j)
+//   v_new_j; S = S exp(gamma_last) + sum_j (k_j exp(gamma_last - gamma_j)) v_new_j^T.
 template <typename T>
 void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
   const int64_t dk = h.dk, dv = h.dv, C = kChunk;
   thread_local std::vector<T> buf;
   buf.resize(size_t(C * dk * 3 + C * dv * 3 + C * C * 2 + C * 3 + dv));
-  T* q = buf.data();     // [C][dk] scaled queries
-  T* kb = q + C * dk;    // [C][dk] k * beta
-  T* W = kb + C * dk;    // [C][dk] k_cumdecay
-  T* vb = W + C * dk;    // [C][dv] v * beta
-  T* U = vb + C * dv;    // [C][dv] new values
-  T* vn = U + C * dv;    // [C][dv] v_new
-  T* A = vn + C * dv;    // [C][C]  attn, then T = (I + A)^-1, then the intra-chunk q.k
-  T* decay = A + C * C;  // [C][C]  exp(gamma_i - gamma_j), j <= i (HF decay_mask)
+  T* q = buf.data();       // [C][dk] scaled queries
+  T* kb = q + C * dk;      // [C][dk] k * beta
+  T* W = kb + C * dk;      // [C][dk] k_cumdecay
+  T* vb = W + C * dk;      // [C][dv] v * beta
+  T* U = vb + C * dv;      // [C][dv] new values
+  T* vn = U + C * dv;      // [C][dv] v_new
+  T* A = vn + C * dv;      // [C][C]  attn, then T = (I + A)^-1, then the intra-chunk q.k
+  T* decay = A + C * C;    // [C][C]  exp(gamma_i - gamma_j), j <= i (HF decay_mask)
   T* gam = decay + C * C;  // [C]   cumulative g
-  T* egam = gam + C;     // [C]     exp(gamma)
-  T* row = egam + C;     // [C]     a row of attn before its update
-  T* acc = row + C;      // [dv]
+  T* egam = gam + C;       // [C]     exp(gamma)
+  T* row = egam + C;       // [C]     a row of attn before its update
+  T* acc = row + C;        // [dv]
   for (int64_t c0 = begin; c0 < end; c0 += C) {
     const int64_t n = std::min(C, end - c0);
     auto k_row = [&](int64_t i) { return h.k + (c0 + i) * h.k_stride; };
@@ -184,11 +184,11 @@ template <typename T>
 void CpuOps<T>::causal_conv_silu(View x, View w, View window, View out, int level) {
   const int64_t C = x.cols, K = w.cols;
   FLIDE_CHECK(w.rows == C && out.rows == x.rows && out.cols == C && x.rows == stream_.n_tokens(),
-              "x [", x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows,
-              ", ", out.cols, "]");
+              "x [", x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ",
+              out.cols, "]");
   FLIDE_CHECK(K >= 1 && K <= kMaxConvKernel, "kernel ", K);
-  FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= stream_.n_slots, "window [",
-              window.rows, ", ", window.cols, "]");
+  FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= stream_.n_slots, "window [", window.rows,
+              ", ", window.cols, "]");
   FLIDE_CHECK(out.data != x.data, "the conv cannot run in place");
   int32_t n_begin, n_end;
   level_range(level, &n_begin, &n_end);
@@ -256,11 +256,20 @@ void CpuOps<T>::gdn(View q, View k, View v, View g, View beta, View state, View 
     for (int j = 0; j < heads_v; ++j) {
       const StreamNode& node = stream_.nodes[n];
       const int64_t kh = j / group;
-      const GdnHead<T> head{ptr(q) + kh * Dk,  ptr(k) + kh * Dk, ptr(v) + j * Dv,
-                            ptr(g) + j,        ptr(beta) + j,    ptr(out) + j * Dv,
-                            q.cols,            k.cols,           v.cols,
-                            g.cols,            out.cols,         Dk,
-                            Dv,                scale};
+      const GdnHead<T> head{ptr(q) + kh * Dk,
+                            ptr(k) + kh * Dk,
+                            ptr(v) + j * Dv,
+                            ptr(g) + j,
+                            ptr(beta) + j,
+                            ptr(out) + j * Dv,
+                            q.cols,
+                            k.cols,
+                            v.cols,
+                            g.cols,
+                            out.cols,
+                            Dk,
+                            Dv,
+                            scale};
       thread_local std::vector<T> S;
       S.resize(size_t(Dk * Dv));
       const int64_t head_off = int64_t(j) * Dk * Dv;
@@ -282,9 +291,9 @@ void CpuOps<T>::gdn(View q, View k, View v, View g, View beta, View state, View 
 template <typename T>
 void CpuOps<T>::gated_rmsnorm(View o, View z, View w, View out, double eps) {
   const int64_t D = o.cols;
-  FLIDE_CHECK(z.rows == o.rows && z.cols == D && out.rows == o.rows && out.cols == D &&
-              w.size() == D, "o [", o.rows, ", ", D, "] z [", z.rows, ", ", z.cols, "] w ",
-              w.size());
+  FLIDE_CHECK(
+      z.rows == o.rows && z.cols == D && out.rows == o.rows && out.cols == D && w.size() == D,
+      "o [", o.rows, ", ", D, "] z [", z.rows, ", ", z.cols, "] w ", w.size());
 #pragma omp parallel for num_threads(threads_)
   for (int64_t r = 0; r < o.rows; ++r) {
     const T* orow = ptr(o) + r * D;
@@ -297,11 +306,11 @@ void CpuOps<T>::gated_rmsnorm(View o, View z, View w, View out, double eps) {
   }
 }
 
-#define FLIDE_INSTANTIATE(T)                                                                 \
-  template void CpuOps<T>::causal_conv_silu(View, View, View, View, int);                    \
-  template void CpuOps<T>::gdn_gates(View, View, View, View, View, View);                    \
-  template void CpuOps<T>::gdn(View, View, View, View, View, View, View, int, int, int, int, \
-                               int, GdnForm);                                                \
+#define FLIDE_INSTANTIATE(T)                                                                      \
+  template void CpuOps<T>::causal_conv_silu(View, View, View, View, int);                         \
+  template void CpuOps<T>::gdn_gates(View, View, View, View, View, View);                         \
+  template void CpuOps<T>::gdn(View, View, View, View, View, View, View, int, int, int, int, int, \
+                               GdnForm);                                                          \
   template void CpuOps<T>::gated_rmsnorm(View, View, View, View, double);
 FLIDE_INSTANTIATE(float)
 FLIDE_INSTANTIATE(double)

@@ -8,10 +8,10 @@ namespace flide {
 template <typename T>
 void CpuOps<T>::select_logits(View h, View w, View out) {
   const int64_t M = int64_t(stream_.select_out.size()), H = h.cols;
-  FLIDE_CHECK(w.cols == H && out.rows == M && out.cols == 1 &&
-                  h.rows == int64_t(stream_.out_rows.size()),
-              "h [", h.rows, ", ", H, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ",
-              out.cols, "] selects ", M);
+  FLIDE_CHECK(
+      w.cols == H && out.rows == M && out.cols == 1 && h.rows == int64_t(stream_.out_rows.size()),
+      "h [", h.rows, ", ", H, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ", out.cols,
+      "] selects ", M);
   for (int64_t m = 0; m < M; ++m)
     FLIDE_CHECK(stream_.select_ids[m] >= 0 && stream_.select_ids[m] < w.rows, "select id ",
                 stream_.select_ids[m], " outside the LM head of ", w.rows);

@@ -57,9 +57,7 @@ class CudaOps final : public Ops {
   View scratch(int64_t rows, int64_t cols) override;
   View scratch_f32(int64_t rows, int64_t cols) override;
   void reset_scratch() override;
-  ScratchMark scratch_mark() const override {
-    return {scratch_.block, int64_t(scratch_.used)};
-  }
+  ScratchMark scratch_mark() const override { return {scratch_.block, int64_t(scratch_.used)}; }
   void scratch_rewind(const ScratchMark& mark) override;
   void upload(View dst, const float* src) override;
   void download(View src, double* dst) override;

@@ -123,7 +123,7 @@ void CudaOps::matmul(View x, View w, View out) {
   const GemmPlan& p = gemm_plan(key);
   const float alpha = 1.0f, beta = 0.0f;
   op_begin(M, N, K);  // the plan lookup above (a heuristic call on a new shape) stays outside
-  if (p.gemm_ex) {  // the layout of the comment at the top, as cuBLAS arguments
+  if (p.gemm_ex) {    // the layout of the comment at the top, as cuBLAS arguments
     const cudaDataType_t c_type = out.dtype == DType::DType_f32 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasStatus_t st =
         cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, w.data,

@@ -23,7 +23,6 @@ size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
 }
 
-
 }  // namespace
 
 void CudaOps::set_stream(const Stream& s) {
