@@ -6,7 +6,8 @@
 #   bf16ref (HF transformers' own bf16 error on the fixtures), bench (flide bench, fork and
 #   independent), profile (per-op GPU time of one round), tvd (CUDA bf16 vs CPU f32 on random
 #   weights of each shape), peers (HF transformers on the same workloads).
-# SHAPES / PEER_SHAPES: comma lists of config names in .devcarry/configs; WORKLOADS, REPS.
+# SHAPES / PEER_SHAPES: comma lists of config names in .devcarry/configs; WORKLOADS, REPS;
+# GRAPHS (flide bench --graphs: on, off or both, the default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-h200-out}
@@ -40,6 +41,7 @@ for shape in ${shapes//,/ }; do
   if has bench; then
     for w in ${workloads//,/ }; do
       $flide bench --config "$configs/$shape.json" --workload "$w" --device cuda --mode both \
+          --graphs "${GRAPHS:-both}" \
           --reps "$reps" --warmup 3 --json 2>&1 | tee -a "$out/bench.jsonl" | cut -c1-400
     done
   fi

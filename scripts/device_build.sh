@@ -13,7 +13,7 @@
 #
 # Environment knobs: FLIDE_DEPS (unpack dir, /tmp/flide-deps), FLIDE_DEBS (.devcarry/debs),
 # FLIDE_BUILD_DIR (build-gpu), FLIDE_JOBS (nproc), FLIDE_CMAKE_ARGS (extra configure flags),
-# FLIDE_CONFIGURE_ONLY=1 (stop after configuring), FLIDE_GTEST_FROM_SOURCE=0/1 (default: from
+# FLIDE_TARGETS (targets to build, default all), FLIDE_CONFIGURE_ONLY=1 (stop after configuring), FLIDE_GTEST_FROM_SOURCE=0/1 (default: from
 # source when the host g++ is older than 12, the compiler Debian 12 built libgtest.a with).
 #
 # How the dependencies are found (the .pc files say prefix=/usr):
@@ -162,7 +162,8 @@ if [[ ${FLIDE_CONFIGURE_ONLY:-0} == 1 ]]; then
   exit 0
 fi
 log "building with $jobs jobs"
-cmake --build "$build" -j "$jobs"
+# FLIDE_TARGETS: a space-separated subset of targets (default: all).
+cmake --build "$build" -j "$jobs" ${FLIDE_TARGETS:+--target $FLIDE_TARGETS}
 log "built; environment in $env_file"
 
 if ((${#run_after[@]})); then

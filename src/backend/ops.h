@@ -131,13 +131,18 @@ class Ops {
 
   // ---- diagnostics ----
   // Per-op device time (CUDA: backend/cuda/profiler.h): turning profiling on starts a fresh
-  // profile; profile_report() is a table of time per op since then. The only two non-pure
-  // members: they are no-ops by default because the CPU backend has nothing to report (its ops
-  // run synchronously; a host profiler sees them), and the model never calls them, so the op
-  // interface above stays what the model is written against; only front ends (flide bench
+  // profile; profile_report() is a table of time per op since then. These two and set_graphs are
+  // the only non-pure members: no-ops by default because the CPU backend has nothing to report
+  // (its ops run synchronously; a host profiler sees them), and the model never calls them, so the
+  // op interface above stays what the model is written against; only front ends (flide bench
   // --profile) reach them through an Ops&.
   virtual void set_profiling(bool /*enable*/) {}
   virtual std::string profile_report() { return {}; }
+  // CUDA graphs: whether rounds padded to a capacity bucket (Stream::padded) are captured once
+  // per bucket and replayed (backend/cuda/cuda_ops.h). Returns whether graphs are on after the
+  // call: false on a backend without them (CPU), which is why front ends pad rounds only when
+  // it returns true. Off by default; the model never calls it.
+  virtual bool set_graphs(bool /*enable*/) { return false; }
 };
 
 std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads);  // DType_f32 or DType_f64

@@ -26,8 +26,20 @@ void validate_stream(const Stream& s) {
     for (int32_t t = node.offset; t < node.offset + node.length; ++t)
       FLIDE_CHECK(s.token_node[t] == n, "row ", t, " is not in node ", n);
   }
-  for (int32_t t = 0; t < n_tokens; ++t)
+  FLIDE_CHECK(s.pad_tokens >= 0 && s.pad_tokens <= n_tokens && s.pad_out >= 0 &&
+                  s.pad_out <= int32_t(s.out_rows.size()) && s.pad_select >= 0 &&
+                  s.pad_select <= int32_t(s.select_ids.size()),
+              "padding");
+  FLIDE_CHECK(s.node_capacity == 0 || s.node_capacity >= n_nodes, "node capacity ", s.node_capacity,
+              " < ", n_nodes, " nodes");
+  const int32_t real_tokens = n_tokens - s.pad_tokens;
+  for (int32_t t = 0; t < real_tokens; ++t)
     FLIDE_CHECK(s.token_node[t] >= 0 && s.token_node[t] < n_nodes, "row ", t);
+  for (int32_t t = real_tokens; t < n_tokens; ++t)
+    FLIDE_CHECK(s.token_node[t] == -1, "padding row ", t, " belongs to node ", s.token_node[t]);
+  for (int32_t n = 0; n < n_nodes; ++n)
+    FLIDE_CHECK(s.nodes[n].offset + s.nodes[n].length <= real_tokens, "node ", n,
+                " reaches into the padding");
   // Within a level the nodes run in parallel: no two may write one slot, and none may write a
   // slot another node of the level reads (reading and writing its own slot_in is fine).
   std::vector<int32_t> writer(size_t(std::max(s.n_slots, 0)), -1);
@@ -45,6 +57,7 @@ void validate_stream(const Stream& s) {
     }
   }
   for (int32_t r : s.out_rows) FLIDE_CHECK(r >= 0 && r < n_tokens, "out row ", r);
+  FLIDE_CHECK(s.n_full_out <= int32_t(s.out_rows.size()) - s.pad_out, "full rows in padding");
   FLIDE_CHECK(s.n_full_out >= 0 && s.n_full_out <= int32_t(s.out_rows.size()));
   FLIDE_CHECK(s.select_out.size() == s.select_ids.size());
   for (int32_t m : s.select_out)

@@ -39,8 +39,22 @@ struct Stream {
   // `flide logits`); they lead so that they form one contiguous block for the LM head GEMM.
   int32_t n_full_out = 0;
 
+  // Padding to a capacity bucket (engine/round_capacity.h), only at the tail, so that every
+  // round of one bucket has the same sizes and replays one CUDA graph: the last pad_tokens rows
+  // belong to no node (token_node -1, token id 0, position 0), the last pad_out out rows are row
+  // 0 and the last pad_select select entries read out row 0 at id 0. Tree ops (attention, conv,
+  // delta rule) skip padding, row-wise ops may compute it, and nothing reads its results.
+  int32_t pad_tokens = 0;
+  int32_t pad_out = 0;
+  int32_t pad_select = 0;
+  // > 0 on a padded round: a bound on the nodes of any round of its bucket (nodes.size() and
+  // every level's count). Backends size their node grids and buffers for it, not for the
+  // round's own count, so that launch shapes and addresses depend on the bucket alone.
+  int32_t node_capacity = 0;
+
   int32_t n_tokens() const { return int32_t(token_ids.size()); }
   int32_t n_levels() const { return int32_t(level_begin.size()) - 1; }
+  bool padded() const { return node_capacity > 0; }
 };
 
 // FLIDE_CHECKs every invariant the ops rely on (sizes, node spans and levels, rows owned by

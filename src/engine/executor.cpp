@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "engine/round_capacity.h"
 #include "engine/stream_assembler.h"
 
 namespace flide {
@@ -127,6 +128,23 @@ NodeResult compose(const Tree& tree, const PendingReadout& r, const ReadoutLogit
   return out;
 }
 
+// Stream rows a tree adds to a round (the packing estimate): its nodes once when forked, its
+// root-to-leaf paths when independent.
+int64_t tree_tokens(const Tree& tree, ExecMode mode) {
+  int64_t total = 0;
+  if (mode == ExecMode::ExecMode_fork) {
+    for (const TreeNode& node : tree.nodes) total += int64_t(node.tokens.size());
+    return total;
+  }
+  std::vector<bool> has_child(tree.nodes.size(), false);
+  for (const TreeNode& node : tree.nodes)
+    if (node.parent >= 0) has_child[size_t(node.parent)] = true;
+  const std::vector<int64_t> paths = path_lengths(tree);
+  for (size_t n = 0; n < paths.size(); ++n)
+    if (!has_child[n]) total += paths[n];
+  return total;
+}
+
 }  // namespace
 
 std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode mode,
@@ -134,25 +152,49 @@ std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode m
   const int64_t vocab = model_.info().vocab_size;
   for (const Tree& tree : trees) validate_tree(tree, vocab);
 
+  std::vector<TreeResult> results(trees.size());
+  for (size_t t = 0; t < trees.size(); ++t) results[t].nodes.resize(trees[t].nodes.size());
+  if (policy_.max_round_tokens <= 0) {
+    std::vector<int32_t> all(trees.size());
+    for (size_t t = 0; t < trees.size(); ++t) all[t] = int32_t(t);
+    run_round(trees, all, mode, results, stats);
+    return results;
+  }
+  std::vector<int64_t> tokens;
+  for (const Tree& tree : trees) tokens.push_back(tree_tokens(tree, mode));
+  for (const std::vector<int32_t>& members : pack_rounds(tokens, policy_.max_round_tokens))
+    run_round(trees, members, mode, results, stats);
+  return results;
+}
+
+void Executor::run_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members,
+                         ExecMode mode, std::vector<TreeResult>& results, RunStats* stats) {
+  const int64_t vocab = model_.info().vocab_size;
+  std::vector<Tree> round;
+  for (int32_t t : members) round.push_back(trees[t]);
   StreamAssembler sa;
   std::vector<PendingReadout> pending;
   if (mode == ExecMode::ExecMode_fork)
-    forked_round(trees, sa, pending);
+    forked_round(round, sa, pending);
   else
-    independent_round(trees, sa, pending);
+    independent_round(round, sa, pending);
+  if (pending.empty()) return;
 
-  std::vector<TreeResult> results(trees.size());
-  for (size_t t = 0; t < trees.size(); ++t) results[t].nodes.resize(trees[t].nodes.size());
-  if (pending.empty()) return results;
-
-  const Stream stream = sa.finish();
+  Stream stream = sa.finish();
+  const int64_t real_tokens = stream.n_tokens();
+  if (policy_.pad_to_buckets)
+    if (const auto cap = capacity_for(stream, policy_.max_bucket_tokens))
+      stream = pad_stream(stream, *cap);
   const ReadoutLogits logits = model_.forward(stream);
-  if (stats) stats->tokens_computed += stream.n_tokens();
+  if (stats) {
+    stats->tokens_computed += real_tokens;
+    stats->tokens_padding += stream.n_tokens() - real_tokens;
+    stats->rounds += 1;
+  }
   std::vector<double> lse_cache(size_t(stream.n_full_out),
                                 std::numeric_limits<double>::quiet_NaN());
   for (const PendingReadout& r : pending)
-    results[r.tree].nodes[r.node] = compose(trees[r.tree], r, logits, vocab, lse_cache);
-  return results;
+    results[members[r.tree]].nodes[r.node] = compose(round[r.tree], r, logits, vocab, lse_cache);
 }
 
 }  // namespace flide

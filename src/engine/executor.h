@@ -13,19 +13,38 @@ namespace flide {
 
 enum class ExecMode : uint8_t { ExecMode_fork, ExecMode_independent };
 
+// How trees become rounds (the scheduler's knobs).
+struct RoundPolicy {
+  // Trees are packed in order into rounds of at most this many stream rows, split at tree
+  // boundaries (a larger tree runs alone); 0 puts every tree of a run into one round.
+  int64_t max_round_tokens = 0;
+  // Pad each round at its tail to its capacity bucket (engine/round_capacity.h) so that a
+  // backend with CUDA graphs replays one graph per bucket. Rounds over max_bucket_tokens, and
+  // rounds with full-vocabulary readouts, run unpadded (the graph-free path).
+  bool pad_to_buckets = false;
+  int32_t max_bucket_tokens = 16384;
+};
+
 struct RunStats {
-  int64_t tokens_computed = 0;  // stream rows over all rounds
+  int64_t tokens_computed = 0;  // stream rows over all rounds, padding excluded
+  int64_t tokens_padding = 0;   // padding rows over all rounds
+  int64_t rounds = 0;
 };
 
 class Executor {
  public:
-  explicit Executor(Model& model) : model_(model) {}
-  // All trees in one round per mode (validated first). Results align with `trees`.
+  explicit Executor(Model& model, RoundPolicy policy = {}) : model_(model), policy_(policy) {}
+  // Validates every tree first, then runs them in rounds per the policy. Results align with
+  // `trees` and do not depend on how the trees were packed (the visibility rule).
   std::vector<TreeResult> run(const std::vector<Tree>& trees, ExecMode mode,
                               RunStats* stats = nullptr);
 
  private:
+  void run_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members, ExecMode mode,
+                 std::vector<TreeResult>& results, RunStats* stats);
+
   Model& model_;
+  RoundPolicy policy_;
 };
 
 }  // namespace flide

@@ -128,6 +128,26 @@ std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
+RoundPolicy apply_graphs(const std::optional<std::string>& value, Ops& ops) {
+  if (value && *value != "on" && *value != "off")
+    throw Error(cat("--graphs: \"", *value, "\" is neither on nor off"));
+  RoundPolicy policy;
+  policy.pad_to_buckets = ops.set_graphs(!value || *value == "on");
+  return policy;
+}
+
+int64_t parse_count(const std::optional<std::string>& value, const char* flag, int64_t fallback,
+                    int64_t minimum, int64_t maximum) {
+  if (!value) return fallback;
+  int64_t n = 0;
+  const char* end = value->data() + value->size();
+  const auto [ptr, ec] = std::from_chars(value->data(), end, n);
+  if (ec != std::errc() || ptr != end || n < minimum || n > maximum)
+    throw Error(cat("--", flag, ": \"", *value, "\" is not a count (", minimum, " to ", maximum,
+                    ")"));
+  return n;
+}
+
 uint64_t parse_seed(const std::optional<std::string>& value) {
   if (!value) return 0;
   size_t used = 0;

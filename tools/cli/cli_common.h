@@ -67,6 +67,16 @@ struct ModelSource {
 ModelSource parse_model_source(const Args& args);
 LoadedModel load_model_source(const ModelSource& source, const BackendChoice& backend);
 
+// --graphs on|off: CUDA graphs per capacity bucket (default on; the CPU backend has none).
+// Turns them on or off in `ops` and returns the round policy that goes with it: rounds padded
+// to their bucket only when the backend replays graphs.
+RoundPolicy apply_graphs(const std::optional<std::string>& value, Ops& ops);
+
+// A count flag (--reps, --port, --max-queue...): an integer in [minimum, maximum], `fallback`
+// when absent; Error naming the flag otherwise.
+int64_t parse_count(const std::optional<std::string>& value, const char* flag, int64_t fallback,
+                    int64_t minimum, int64_t maximum = 1000000);
+
 // --seed: a non-negative integer, 0 when absent.
 uint64_t parse_seed(const std::optional<std::string>& value);
 

@@ -63,6 +63,10 @@ options:
   --warmup N          untimed rounds first (default: 3)
   --seed N            random weights and synthetic token ids (default: 0)
   --threads N         CPU threads (default: all cores; cpu only)
+  --graphs on|off|both
+                      cuda: pad the request to its capacity bucket and replay one CUDA graph
+                      per bucket (default: on); both: time each mode without and with graphs
+                      (no effect on cpu, which has no graphs)
   --json              one JSON line instead of the table
   --profile           cuda only: one more round per mode after the timed ones, with per-op
                       GPU timing (time per op, GEMM shapes, GPU idle between ops); its table
@@ -72,21 +76,6 @@ options:
 
 constexpr int64_t kFloorWeightBudget = int64_t(4) << 30;  // bytes of distinct GEMM weights
 
-int parse_count(const std::optional<std::string>& value, const char* flag, int fallback,
-                int minimum) {
-  if (!value) return fallback;
-  size_t used = 0;
-  long n = -1;
-  try {
-    n = std::stol(*value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value->size() || n < minimum || n > 1000000)
-    throw Error(cat("--", flag, ": \"", *value, "\" is not a count (", minimum, " to 1000000)"));
-  return int(n);
-}
-
 std::vector<ExecMode> parse_modes(const std::optional<std::string>& value) {
   if (value && *value == "both") return {ExecMode::ExecMode_fork, ExecMode::ExecMode_independent};
   try {
@@ -94,6 +83,14 @@ std::vector<ExecMode> parse_modes(const std::optional<std::string>& value) {
   } catch (const Error&) {
     throw Error(cat("--mode: unknown mode \"", *value, "\" (fork, independent or both)"));
   }
+}
+
+// --graphs on (default) | off | both: the graph settings to time, in order.
+std::vector<bool> parse_graph_settings(const std::optional<std::string>& value) {
+  if (!value || *value == "on") return {true};
+  if (*value == "off") return {false};
+  if (*value == "both") return {false, true};
+  throw Error(cat("--graphs: unknown setting \"", *value, "\" (on, off or both)"));
 }
 
 struct Summary {
@@ -142,23 +139,32 @@ class GemmRecorder final : public Model {
 
 struct ModeResult {
   ExecMode mode;
-  int64_t tokens = 0;  // stream rows of one request
-  Summary latency;     // ms
+  bool graphs = false;
+  int64_t tokens = 0;   // stream rows of one request
+  int64_t padding = 0;  // padding rows of its round (graphs: up to the capacity bucket)
+  Summary latency;      // ms
   std::vector<GemmShape> gemms;
   Summary floor;  // ms
   double gemm_flop = 0;
   std::string profile;  // the backend's report of the profiled round (--profile)
 };
 
-ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, int warmup, int reps,
-                     bool profile) {
+ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, bool graphs,
+                     int warmup, int reps, bool profile) {
   ModeResult result;
   result.mode = mode;
   GemmRecorder recorder(model);
-  Executor executor(recorder);
+  // The floor's GEMMs are those of the unpadded round: the same token count as the request.
+  recorder.recording = true;
+  ops.set_graphs(false);
+  Executor(recorder).run({tree}, mode);
+  recorder.recording = false;
+  RoundPolicy policy;
+  policy.pad_to_buckets = ops.set_graphs(graphs);
+  result.graphs = policy.pad_to_buckets;
+  Executor executor(recorder, policy);
   std::vector<double> ms;
   for (int round = 0; round < warmup + reps; ++round) {
-    recorder.recording = round == 0;
     RunStats stats;
     ops.synchronize();
     const Clock::time_point start = Clock::now();
@@ -167,9 +173,9 @@ ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, in
     const double elapsed = ms_since(start);
     if (round >= warmup) ms.push_back(elapsed);
     result.tokens = stats.tokens_computed;
+    result.padding = stats.tokens_padding;
   }
-  if (profile) {  // one more round, untimed, with per-op events
-    recorder.recording = false;
+  if (profile) {  // one more round, untimed, with per-op events (eager: graphs hide ops)
     ops.synchronize();
     ops.set_profiling(false);  // turning it on starts a fresh profile
     ops.set_profiling(true);
@@ -282,6 +288,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                                        {"warmup", true},
                                        {"seed", true},
                                        {"threads", true},
+                                       {"graphs", true},
                                        {"json", false},
                                        {"profile", false},
                                        {"help", false}});
@@ -295,6 +302,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const std::vector<ExecMode> modes = parse_modes(args.value("mode"));
+  std::vector<bool> graph_settings = parse_graph_settings(args.value("graphs"));
   const int reps = parse_count(args.value("reps"), "reps", 20, 1);
   const int warmup = parse_count(args.value("warmup"), "warmup", 3, 0);
   const uint64_t seed = source.seed;
@@ -313,15 +321,21 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (!random) tokenizer_json = source.path / "tokenizer.json";
   const Workload workload = make_workload(spec, info.vocab_size, seed, tokenizer_json);
 
+  if (!loaded.ops->set_graphs(true)) graph_settings = {false};  // a backend without graphs
   std::vector<ModeResult> results;
   for (ExecMode mode : modes)
-    results.push_back(
-        time_mode(*loaded.model, *loaded.ops, workload.tree, mode, warmup, reps, profile));
+    for (bool graphs : graph_settings)
+      results.push_back(time_mode(*loaded.model, *loaded.ops, workload.tree, mode, graphs, warmup,
+                                  reps, profile && graphs == graph_settings.front()));
   GemmFloor floor(*loaded.ops, seed);
   for (ModeResult& r : results) r.floor = floor.time(r.gemms, warmup, reps);
-  const bool both = results.size() == 2;
-  const double latency_ratio = both ? results[1].latency.median / results[0].latency.median : 0;
-  const double token_ratio = both ? double(results[1].tokens) / double(results[0].tokens) : 0;
+  // Ratios of the last setting timed (graphs on when timed): independent over fork.
+  const ModeResult* fork = nullptr;
+  const ModeResult* indep = nullptr;
+  for (const ModeResult& r : results) (r.mode == ExecMode::ExecMode_fork ? fork : indep) = &r;
+  const bool both = fork && indep;
+  const double latency_ratio = both ? indep->latency.median / fork->latency.median : 0;
+  const double token_ratio = both ? double(indep->tokens) / double(fork->tokens) : 0;
   // Profiles go to stderr, after the results (stdout flushed first, for a shared terminal).
   const auto print_profiles = [&] {
     if (!profile) return;
@@ -337,7 +351,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
     json runs = json::array();
     for (const ModeResult& r : results)
       runs.push_back({{"mode", mode_name(r.mode)},
+                      {"graphs", r.graphs},
                       {"tokens", r.tokens},
+                      {"padding_tokens", r.padding},
                       {"median_ms", r.latency.median},
                       {"p10_ms", r.latency.p10},
                       {"p90_ms", r.latency.p90},
@@ -376,12 +392,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "warm-up\n",
               source.path.c_str(), random ? cat(" (random weights, seed ", seed, ")").c_str() : "",
               format_params(info.n_params).c_str(), info.n_layers, load_s, reps, warmup);
-  std::printf("%-12s %8s %11s %9s %9s %15s %13s\n", "mode", "tokens", "median ms", "p10 ms",
-              "p90 ms", "GEMM floor ms", "GEMM TFLOP/s");
+  std::printf("%-12s %-6s %8s %8s %11s %9s %9s %15s %13s\n", "mode", "graphs", "tokens", "padding",
+              "median ms", "p10 ms", "p90 ms", "GEMM floor ms", "GEMM TFLOP/s");
   for (const ModeResult& r : results)
-    std::printf("%-12s %8" PRId64 " %11.3f %9.3f %9.3f %15.3f %13.3f\n",
-                std::string(mode_name(r.mode)).c_str(), r.tokens, r.latency.median, r.latency.p10,
-                r.latency.p90, r.floor.median,
+    std::printf("%-12s %-6s %8" PRId64 " %8" PRId64 " %11.3f %9.3f %9.3f %15.3f %13.3f\n",
+                std::string(mode_name(r.mode)).c_str(), r.graphs ? "on" : "off", r.tokens,
+                r.padding, r.latency.median, r.latency.p10, r.latency.p90, r.floor.median,
                 r.floor.median > 0 ? r.gemm_flop / (r.floor.median * 1e-3) / 1e12 : 0.0);
   if (both)
     std::printf("independent / fork: latency %.2fx, tokens %.2fx\n", latency_ratio, token_ratio);

@@ -58,6 +58,8 @@ options:
                       fork: each context computed once, questions forked from it (default);
                       independent: each question run on its own (the reference)
   --threads N         CPU threads (default: all cores; cpu only)
+  --graphs on|off     cuda: pad each request to its capacity bucket and replay one CUDA graph
+                      per bucket (default: on); no effect on cpu
   --help              this text
 
 When questions carry answers, `accuracy: k/n = p% (mode, dtype)` is printed on stderr at the end.
@@ -159,6 +161,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
                                        {"dtype", true},
                                        {"mode", true},
                                        {"threads", true},
+                                       {"graphs", true},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -198,7 +201,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
     break;
   }
 
-  Executor executor(*loaded.model);
+  Executor executor(*loaded.model, apply_graphs(args.value("graphs"), *loaded.ops));
   Progress progress(entries.size());
   const bool out_is_terminal = out == &std::cout && isatty(STDOUT_FILENO) == 1;
   Tally tally;

@@ -74,6 +74,7 @@ void CpuOps<T>::attention(View q, View k, View v, View out, Rows which, int head
               "k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols, "]");
   const int group = heads_q / heads_kv;
   const int64_t n_tokens = stream_.n_tokens();
+  const int64_t pad_rows = which == Rows::Rows_out ? stream_.pad_out : 0;
 #pragma omp parallel for collapse(2) schedule(dynamic, 8) num_threads(threads_)
   for (int64_t r = 0; r < R; ++r) {
     for (int h = 0; h < heads_q; ++h) {
@@ -81,6 +82,11 @@ void CpuOps<T>::attention(View q, View k, View v, View out, Rows which, int head
       if (int64_t(scores.size()) < n_tokens) scores.resize(size_t(n_tokens));
       const int32_t row = stream_row(which, r);
       const int32_t node = stream_.token_node[row];
+      T* oh = ptr(out) + r * out.cols + h * hd;
+      if (node < 0 || r >= R - pad_rows) {  // padding (stream.h): nothing reads it
+        for (int64_t d = 0; d < hd; ++d) oh[d] = 0;
+        continue;
+      }
       const T* qh = ptr(q) + r * q.cols + h * hd;
       const int64_t kv_off = int64_t(h / group) * hd;
       // The visible keys, root first: whole ancestor nodes, then the own node up to `row`.
@@ -105,7 +111,6 @@ void CpuOps<T>::attention(View q, View k, View v, View out, Rows which, int head
         scores[j] = std::exp(scores[j] - max_score);
         sum += scores[j];
       });
-      T* oh = ptr(out) + r * out.cols + h * hd;
       for (int64_t d = 0; d < hd; ++d) oh[d] = 0;
       for_each_key([&](int64_t j, int32_t t) {
         const T weight = scores[j] / sum;

@@ -62,7 +62,7 @@ void CudaOps::embed(View table, View out) {
   const bf16* tp = as_bf16(table, "embed", "table");
   bf16* op = as_bf16(out, "embed", "out");
   if (out.size() == 0) return;
-  op_begin();
+  if (!op_begin({table, out})) return;
   launched(kernels::embed(token_ids_, tp, op, T, table.cols, stream_), "embed");
 }
 
@@ -73,7 +73,7 @@ void CudaOps::rmsnorm(View x, View w, View out, double eps, bool unit_offset) {
   const bf16* wp = as_bf16(w, "rmsnorm", "w");
   bf16* op = as_bf16(out, "rmsnorm", "out");
   if (x.size() == 0) return;
-  op_begin();
+  if (!op_begin({x, w, out})) return;
   launched(kernels::rmsnorm(xp, wp, op, x.rows, x.cols, float(eps), unit_offset, stream_),
            "rmsnorm");
 }
@@ -83,7 +83,7 @@ void CudaOps::add(View acc, View x) {
   bf16* ap = as_bf16(acc, "add", "acc");
   const bf16* xp = as_bf16(x, "add", "x");
   if (acc.size() == 0) return;
-  op_begin();
+  if (!op_begin({acc, x})) return;
   launched(kernels::add(ap, xp, acc.size(), stream_), "add");
 }
 
@@ -94,7 +94,7 @@ void CudaOps::silu_mul(View gate, View up, View out) {
   const bf16* up_p = as_bf16(up, "silu_mul", "up");
   bf16* op = as_bf16(out, "silu_mul", "out");
   if (out.size() == 0) return;
-  op_begin();
+  if (!op_begin({gate, up, out})) return;
   launched(kernels::silu_mul(gp, up_p, op, out.size(), stream_), "silu_mul");
 }
 
@@ -103,7 +103,7 @@ void CudaOps::sigmoid_mul(View x, View gate) {
   bf16* xp = as_bf16(x, "sigmoid_mul", "x");
   const bf16* gp = as_bf16(gate, "sigmoid_mul", "gate");
   if (x.size() == 0) return;
-  op_begin();
+  if (!op_begin({x, gate})) return;
   launched(kernels::sigmoid_mul(xp, gp, x.size(), stream_), "sigmoid_mul");
 }
 
@@ -116,7 +116,7 @@ void CudaOps::gather_rows(View x, View out) {
   FLIDE_CHECK(x.dtype == out.dtype && (x.dtype == DType::DType_bf16 || x.dtype == DType::DType_f32),
               "cuda gather_rows: x is ", dtype_name(x.dtype), ", out is ", dtype_name(out.dtype));
   if (out.size() == 0) return;
-  op_begin();
+  if (!op_begin({x, out})) return;
   launched(kernels::gather_rows(x.data, meta_.out_rows, out.data, out.rows, out.cols,
                                 int(dtype_size(x.dtype)), stream_),
            "gather_rows");
@@ -129,14 +129,14 @@ void CudaOps::copy_cols(View x, int64_t col_begin, View out) {
   const bf16* xp = as_bf16(x, "copy_cols", "x");
   bf16* op = as_bf16(out, "copy_cols", "out");
   if (out.size() == 0) return;
-  op_begin();
+  if (!op_begin({x, out}, {col_begin})) return;
   launched(kernels::copy_cols(xp, x.cols, col_begin, op, x.rows, out.cols, stream_), "copy_cols");
 }
 
 void CudaOps::l2norm(View x, double eps) {
   bf16* xp = as_bf16(x, "l2norm", "x");
   if (x.size() == 0) return;
-  op_begin();
+  if (!op_begin({x})) return;
   launched(kernels::l2norm(xp, x.rows, x.cols, float(eps), stream_), "l2norm");
 }
 
@@ -152,7 +152,7 @@ void CudaOps::split_query_gate(View qg, View q, View gate, int heads, int head_d
   bf16* qp = as_bf16(q, "split_query_gate", "q");
   bf16* gp = as_bf16(gate, "split_query_gate", "gate");
   if (q.size() == 0) return;
-  op_begin();
+  if (!op_begin({qg, q, gate}, {heads, head_dim})) return;
   launched(kernels::split_query_gate(qgp, qp, gp, qg.rows, heads, head_dim, stream_),
            "split_query_gate");
 }
@@ -165,7 +165,7 @@ void CudaOps::rope(View x, Rows which, int heads, int head_dim, int rot_dim, dou
               rot_dim);
   bf16* xp = as_bf16(x, "rope", "x");
   if (x.size() == 0) return;
-  op_begin();
+  if (!op_begin({x}, {int64_t(which), heads, rot_dim})) return;
   launched(kernels::rope(xp, meta_.positions, rows_ptr(which), x.rows, heads, head_dim, rot_dim,
                          float(theta), stream_),
            "rope");
@@ -192,7 +192,7 @@ void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_
   bf16* op = as_bf16(out, "attention", "out");
   if (R == 0) return;
   const bool all = which == Rows::Rows_all;
-  op_begin();
+  if (!op_begin({q, k, v, out}, {int64_t(which), heads_q, heads_kv})) return;
   launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                    all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
                                    heads_q, heads_kv, head_dim, float(scale), stream_),
@@ -218,7 +218,7 @@ void CudaOps::causal_conv_silu(View x, View w, View window, View out, int level)
   bf16* winp = as_bf16(window, "causal_conv_silu", "window");
   bf16* op = as_bf16(out, "causal_conv_silu", "out");
   if (x.size() == 0) return;
-  op_begin();
+  if (!op_begin({x, w, window, out}, {level})) return;
   launched(kernels::causal_conv_silu(xp, wp, winp, op, C, int(K), level, meta_, stream_),
            "causal_conv_silu");
 }
@@ -236,7 +236,7 @@ void CudaOps::gdn_gates(View a, View b, View A_log, View dt_bias, View g, View b
   float* gp = as_f32(g, "gdn_gates", "g");
   float* betap = as_f32(beta, "gdn_gates", "beta");
   if (a.size() == 0) return;
-  op_begin();
+  if (!op_begin({a, b, A_log, dt_bias, g, beta})) return;
   launched(kernels::gdn_gates(ap, bp, alp, dtp, gp, betap, a.rows, int(Hv), stream_), "gdn_gates");
 }
 
@@ -271,6 +271,9 @@ void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View ou
   if (T == 0) return;
   const size_t need = kernels::gdn_workspace_bytes(T, heads_v, dim_k, dim_v);
   if (need > gdn_workspace_cap_) {  // queued calls may still use the old buffer
+    FLIDE_CHECK(graph_mode_ == GraphMode::GraphMode_eager,
+                "cuda gdn: the workspace must grow inside a graph (its bucket ran eagerly first)");
+    ++memory_epoch_;
     cuda_check(cudaStreamSynchronize(stream_), "gdn (an earlier op failed)");
     if (gdn_workspace_) cuda_check(cudaFree(gdn_workspace_), "gdn: cudaFree");
     gdn_workspace_ = nullptr;
@@ -279,7 +282,7 @@ void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View ou
     cuda_check(cudaMalloc(&gdn_workspace_, cap), cat("gdn: workspace of ", cap, " bytes").c_str());
     gdn_workspace_cap_ = cap;
   }
-  op_begin();
+  if (!op_begin({q, k, v, g, beta, state, out}, {level, heads_k, heads_v})) return;
   launched(kernels::gdn_chunked(qp, kp, vp, gp, betap, sp, op, gdn_workspace_, heads_k, heads_v,
                                 dim_k, dim_v, level, meta_, stream_),
            "gdn");
@@ -296,7 +299,7 @@ void CudaOps::gated_rmsnorm(View o, View z, View w, View out, double eps) {
   const bf16* wp = as_bf16(w, "gated_rmsnorm", "w");
   bf16* outp = as_bf16(out, "gated_rmsnorm", "out");
   if (o.size() == 0) return;
-  op_begin();
+  if (!op_begin({o, z, w, out})) return;
   launched(kernels::gated_rmsnorm(op, zp, wp, outp, o.rows, D, float(eps), stream_),
            "gated_rmsnorm");
 }
@@ -315,7 +318,7 @@ void CudaOps::select_logits(View h, View w, View out) {
   const bf16* wp = as_bf16(w, "select_logits", "w");
   float* outp = as_f32(out, "select_logits", "out");
   if (M == 0) return;
-  op_begin();
+  if (!op_begin({h, w, out})) return;
   launched(kernels::select_logits(hp, wp, select_out_, select_ids_, outp, M, H, stream_),
            "select_logits");
 }

@@ -11,12 +11,22 @@
 //   gemm.cpp           matmul (cuBLASLt, descriptors and heuristics cached per shape)
 //   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace)
 //   profiler.cpp       set_profiling / profile_report: per-op GPU time (profiler.h)
+//   graphs.cpp         set_graphs: one CUDA graph per capacity bucket of padded rounds
 //
 // Errors: a launch that fails throws flide::Error naming the op and cudaGetErrorString. Kernel
 // faults are asynchronous and surface at the next download()/synchronize(); set the environment
 // variable FLIDE_CUDA_SYNC_CHECK=1 (always on in builds without NDEBUG) to synchronize after
 // every op, so that the error names the op that faulted. The sync check must stay off under
 // CUDA-graph capture.
+//
+// CUDA graphs (graphs.cpp): with set_graphs(true), a padded round (Stream::padded) runs
+// eagerly the first time its bucket is seen (so that arenas, workspaces and GEMM plans reach
+// their size), is captured the second time, and replays the graph from then on. The model's
+// forward is unchanged: in a replayed round the graph is launched at the end of set_stream and
+// every op only checks itself against the op captured at its place (a fingerprint of its
+// views), which the first download/synchronize verifies; nothing is launched per op. A graph
+// holds raw addresses, so any reallocation of scratch, metadata or workspace (memory_epoch_)
+// retires every graph, and the bucket is captured again.
 //
 // One CudaOps per device and host thread: the constructor makes its device current
 // (cudaSetDevice) and the ops assume it stays current.
@@ -28,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -95,9 +106,19 @@ class CudaOps final : public Ops {
   // for the stream if ops are still pending. Also on from construction when the environment
   // variable FLIDE_PROFILE=1: then the report goes to stderr when the backend is destroyed, if
   // profiling is still on. When off, an op pays one bool test.
+  bool set_graphs(bool enable) override;
   void set_profiling(bool enable) override;
   std::string profile_report() override;
   void reset_profile();
+
+  // How padded rounds ran since construction (graphs.cpp): eagerly (graphs off, profiling, or
+  // the first round of a bucket), captured, or replayed.
+  struct GraphStats {
+    int64_t eager = 0;
+    int64_t captured = 0;
+    int64_t replayed = 0;
+  };
+  const GraphStats& graph_stats() const { return graph_stats_; }
 
   // One line for the CLI: device name, SMs, memory, and what the backend holds.
   std::string describe() const;
@@ -127,16 +148,51 @@ class CudaOps final : public Ops {
   const int32_t* rows_ptr(Rows which) const;  // device q_rows for `which` (nullptr: all rows)
   void check_level(int level, const char* op) const;
 
-  // Profiling hooks: op_begin right before an op's launches (m, n, k: a matmul's shape),
-  // op_end (called by launched) right after them.
-  void op_begin(int64_t m = 0, int64_t n = 0, int64_t k = 0) {
+  // Called by every op right before its launches with the views it reads and writes and the
+  // scalars that shape it. Returns false when the round replays a graph, whose launches already
+  // hold the op's; views and scalars feed the round's fingerprint (graphs.cpp). op_end (called
+  // by launched) closes the profiler's pair; a matmul gives the profiler its shape m, n, k.
+  bool op_begin(std::initializer_list<View> views, std::initializer_list<int64_t> args = {}) {
+    return op_begin_shaped(views, args, 0, 0, 0);
+  }
+  bool op_begin_shaped(std::initializer_list<View> views, std::initializer_list<int64_t> args,
+                       int64_t m, int64_t n, int64_t k) {
+    if (graph_mode_ != GraphMode::GraphMode_eager) {
+      graph_fingerprint(views, args);
+      return graph_mode_ == GraphMode::GraphMode_capture;
+    }
     if (profiling_) profiler_->begin(m, n, k);
+    return true;
   }
   void op_end(const char* op) {
     if (profiling_) profiler_->end(op);
   }
   void profile_from_env();          // constructor: FLIDE_PROFILE
   void profile_at_exit() noexcept;  // destructor: the report to stderr (FLIDE_PROFILE)
+
+  // CUDA graphs (graphs.cpp).
+  enum class GraphMode : uint8_t { GraphMode_eager, GraphMode_capture, GraphMode_replay };
+  // A padded round's sizes: tokens, node capacity, levels, slots, out rows, selects.
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
+  struct RoundGraph {
+    bool seen = false;               // a round of this bucket ran eagerly
+    cudaGraphExec_t exec = nullptr;  // the captured round, once there is one
+    uint64_t epoch = 0;              // memory_epoch_ the graph's addresses belong to
+    uint64_t fingerprint = 0;        // of the captured ops' views, in order
+    int64_t n_ops = 0;
+  };
+  void graph_round_begin(const Stream& s);  // end of set_stream: eager, capture or replay
+  void graph_round_end();                   // first download/synchronize of the round
+  void graph_abandon() noexcept;            // a capture left open by a failed round
+  void graph_fingerprint(std::initializer_list<View> views, std::initializer_list<int64_t> args);
+  bool graphs_ = false;
+  GraphMode graph_mode_ = GraphMode::GraphMode_eager;
+  RoundGraph* graph_ = nullptr;  // the round's entry in graphs_cache_ (capture or replay)
+  uint64_t op_hash_ = 0;
+  int64_t op_count_ = 0;
+  uint64_t memory_epoch_ = 0;  // bumped by every (re)allocation a graph could point into
+  std::map<GraphKey, RoundGraph> graphs_cache_;
+  GraphStats graph_stats_;
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;

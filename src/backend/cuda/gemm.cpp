@@ -122,8 +122,9 @@ void CudaOps::matmul(View x, View w, View out) {
       M, N, K, int(out.dtype), alignment_of(x.data), alignment_of(w.data), alignment_of(out.data)};
   const GemmPlan& p = gemm_plan(key);
   const float alpha = 1.0f, beta = 0.0f;
-  op_begin(M, N, K);  // the plan lookup above (a heuristic call on a new shape) stays outside
-  if (p.gemm_ex) {    // the layout of the comment at the top, as cuBLAS arguments
+  // The plan lookup above (a heuristic call on a new shape) stays outside the profiled span.
+  if (!op_begin_shaped({x, w, out}, {}, M, N, K)) return;
+  if (p.gemm_ex) {  // the layout of the comment at the top, as cuBLAS arguments
     const cudaDataType_t c_type = out.dtype == DType::DType_f32 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasStatus_t st =
         cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, w.data,

@@ -56,6 +56,7 @@ void* CudaOps::Arena::take(size_t bytes) {
 }
 
 void* CudaOps::add_block(Arena& arena, size_t bytes, bool zeroed, bool make_current) {
+  ++memory_epoch_;
   bytes = align_up(std::max<size_t>(bytes, 1));
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
@@ -113,7 +114,11 @@ CudaOps::~CudaOps() {
 }
 
 void CudaOps::release() noexcept {
+  graph_abandon();
   if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [key, graph] : graphs_cache_)
+    if (graph.exec) cudaGraphExecDestroy(graph.exec);
+  graphs_cache_.clear();
   for (auto& [key, plan] : gemm_plans_) {
     if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
     if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
@@ -206,6 +211,7 @@ void CudaOps::reset_scratch() {
 // The function returns once `src` has been read (into pinned memory); the device work stays
 // queued on the stream.
 void CudaOps::upload(View dst, const float* src) {
+  FLIDE_CHECK(graph_mode_ == GraphMode::GraphMode_eager, "cuda upload inside a graphed round");
   FLIDE_CHECK(dst.dtype == DType::DType_bf16 || dst.dtype == DType::DType_f32,
               "cuda upload into a ", dtype_name(dst.dtype), " view");
   const int64_t n = dst.size();
@@ -238,6 +244,7 @@ void CudaOps::upload(View dst, const float* src) {
 void CudaOps::download(View src, double* dst) {
   FLIDE_CHECK(src.dtype == DType::DType_bf16 || src.dtype == DType::DType_f32,
               "cuda download from a ", dtype_name(src.dtype), " view");
+  graph_round_end();
   const int64_t n = src.size();
   if (n == 0) return;
   FLIDE_CHECK(src.data != nullptr && dst != nullptr);
@@ -248,7 +255,7 @@ void CudaOps::download(View src, double* dst) {
   void* host = stage_host_[0];
   for (int64_t off = 0; off < n; off += chunk) {
     const int64_t len = std::min(chunk, n - off);
-    op_begin();
+    if (profiling_) profiler_->begin(0, 0, 0);
     cuda_check(cudaMemcpyAsync(host, static_cast<const char*>(src.data) + size_t(off) * elem,
                                size_t(len) * elem, cudaMemcpyDeviceToHost, stream_),
                "download: cudaMemcpyAsync");
@@ -270,11 +277,12 @@ void CudaOps::fill_zero(View dst) {
   FLIDE_CHECK(dst.dtype == DType::DType_bf16 || dst.dtype == DType::DType_f32,
               "cuda fill_zero of a ", dtype_name(dst.dtype), " view");
   if (dst.size() == 0) return;
-  op_begin();
+  if (!op_begin({dst})) return;
   launched(cudaMemsetAsync(dst.data, 0, view_bytes(dst), stream_), "fill_zero");
 }
 
 void CudaOps::synchronize() {
+  graph_round_end();
   cuda_check(cudaStreamSynchronize(stream_),
              "synchronize (an earlier op failed; FLIDE_CUDA_SYNC_CHECK=1 names it)");
   if (profiling_) profiler_->resolve();
@@ -287,7 +295,7 @@ void CudaOps::launched(cudaError_t err, const char* op) {
     throw Error(cat("cuda backend: ", op, ": launch failed: ", cudaGetErrorString(err)));
   }
   op_end(op);
-  if (!sync_check_) return;
+  if (!sync_check_ || graph_mode_ != GraphMode::GraphMode_eager) return;
   err = cudaStreamSynchronize(stream_);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {

@@ -27,9 +27,15 @@ size_t align_up(size_t n) {
 
 void CudaOps::set_stream(const Stream& s) {
   have_stream_ = false;  // until this round's metadata is in place
+  graph_abandon();       // a capture left open by a round that failed
   validate_stream(s);
   const int32_t T = s.n_tokens(), N = int32_t(s.nodes.size()), L = s.n_levels();
   const int32_t R = int32_t(s.out_rows.size()), M = int32_t(s.select_ids.size());
+  // Sizes of the buffers and grids: a padded round's come from its bucket alone (node capacity,
+  // paths of at most L nodes, any node up to T rows), so that its graph's addresses and launch
+  // shapes hold for every round of the bucket.
+  const bool padded = s.padded();
+  const int32_t N_cap = padded ? s.node_capacity : N;
 
   // Ancestor paths (root first, the node last) and the grid bounds of this round.
   std::vector<int32_t> path_begin, path_nodes;
@@ -38,6 +44,11 @@ void CudaOps::set_stream(const Stream& s) {
   for (int32_t n = 0; n < N; ++n) max_node_length = std::max(max_node_length, s.nodes[n].length);
   for (int32_t l = 0; l < L; ++l)
     max_level_nodes = std::max(max_level_nodes, s.level_begin[l + 1] - s.level_begin[l]);
+  const int64_t path_cap = padded ? int64_t(N_cap) * L : int64_t(path_nodes.size());
+  if (padded) {
+    max_level_nodes = N_cap;
+    max_node_length = T;
+  }
 
   // Layout of the one buffer: int32 arrays, then the plans, each piece 256-byte aligned.
   size_t end = 0;
@@ -48,12 +59,12 @@ void CudaOps::set_stream(const Stream& s) {
   };
   auto ints = [&](int64_t n) { return piece(size_t(std::max<int64_t>(n, 0)) * sizeof(int32_t)); };
   const size_t o_token_ids = ints(T), o_positions = ints(T), o_token_node = ints(T);
-  const size_t o_parent = ints(N), o_offset = ints(N), o_length = ints(N);
-  const size_t o_slot_in = ints(N), o_slot_out = ints(N), o_level_begin = ints(L + 1);
-  const size_t o_path_begin = ints(N + 1), o_path_nodes = ints(int64_t(path_nodes.size()));
+  const size_t o_parent = ints(N_cap), o_offset = ints(N_cap), o_length = ints(N_cap);
+  const size_t o_slot_in = ints(N_cap), o_slot_out = ints(N_cap), o_level_begin = ints(L + 1);
+  const size_t o_path_begin = ints(N_cap + 1), o_path_nodes = ints(path_cap);
   const size_t o_out_rows = ints(R), o_select_out = ints(M), o_select_ids = ints(M);
-  const size_t plan_all_cap = T > 0 ? kernels::attention_plan_bytes(T, N) : 0;
-  const size_t plan_out_cap = R > 0 ? kernels::attention_plan_bytes(R, N) : 0;
+  const size_t plan_all_cap = T > 0 ? kernels::attention_plan_bytes(T, N_cap) : 0;
+  const size_t plan_out_cap = R > 0 ? kernels::attention_plan_bytes(R, N_cap) : 0;
   const size_t o_plan_all = piece(plan_all_cap), o_plan_out = piece(plan_out_cap);
   const size_t total = end;
 
@@ -65,6 +76,7 @@ void CudaOps::set_stream(const Stream& s) {
     if (meta_dev_) cuda_check(cudaFree(meta_dev_), "set_stream: cudaFree");
     if (meta_host_) cuda_check(cudaFreeHost(meta_host_), "set_stream: cudaFreeHost");
     const size_t cap = std::max({total, 2 * meta_cap_, kMinMetaBytes});
+    ++memory_epoch_;
     meta_dev_ = meta_host_ = nullptr;
     meta_cap_ = 0;
     cuda_check(cudaMallocHost(&meta_host_, cap), "set_stream: pinned metadata buffer");
@@ -95,20 +107,30 @@ void CudaOps::set_stream(const Stream& s) {
   put(o_select_out, s.select_out);
   put(o_select_ids, s.select_ids);
 
+  // Node slots past the round's nodes (a padded round) are never read: zeros keep them defined.
+  for (size_t o : {o_parent, o_offset, o_length, o_slot_in, o_slot_out})
+    std::fill(at(o) + N, at(o) + N_cap, 0);
+  std::fill(at(o_path_begin) + N + 1, at(o_path_begin) + N_cap + 1, path_begin.back());
+
+  // The plans cover the real query rows only (padding is at the tail of both row sets). A
+  // padded round launches for the bound of its bucket; CTAs past the plan's tiles return.
   const kernels::HostTree tree{at(o_parent), at(o_offset), at(o_length), at(o_token_node), N, T};
+  const int32_t real_all = T - s.pad_tokens, real_out = R - s.pad_out;
   tiles_all_ = tiles_out_ = 0;
   size_t copy_bytes = o_plan_all;
   if (T > 0) {
     const size_t used =
-        kernels::build_attention_plan(tree, nullptr, T, host + o_plan_all, &tiles_all_);
-    FLIDE_CHECK(used <= plan_all_cap, "attention plan (all rows) overflows its bound");
+        kernels::build_attention_plan(tree, nullptr, real_all, host + o_plan_all, &tiles_all_);
+    FLIDE_CHECK(used > 0 && used <= plan_all_cap, "attention plan (all rows) out of bounds");
     copy_bytes = o_plan_all + used;
+    if (padded) tiles_all_ = int32_t((T + 63) / 64 + N_cap);
   }
   if (R > 0) {
-    const size_t used =
-        kernels::build_attention_plan(tree, at(o_out_rows), R, host + o_plan_out, &tiles_out_);
-    FLIDE_CHECK(used <= plan_out_cap, "attention plan (out rows) overflows its bound");
+    const size_t used = kernels::build_attention_plan(tree, at(o_out_rows), real_out,
+                                                      host + o_plan_out, &tiles_out_);
+    FLIDE_CHECK(used > 0 && used <= plan_out_cap, "attention plan (out rows) out of bounds");
     copy_bytes = o_plan_out + used;
+    if (padded) tiles_out_ = int32_t((R + 63) / 64 + N_cap);
   }
   if (copy_bytes > 0)
     cuda_check(cudaMemcpyAsync(meta_dev_, meta_host_, copy_bytes, cudaMemcpyHostToDevice, stream_),
@@ -130,7 +152,7 @@ void CudaOps::set_stream(const Stream& s) {
   meta_.path_nodes = dev_ints(o_path_nodes);
   meta_.out_rows = dev_ints(o_out_rows);
   meta_.n_tokens = T;
-  meta_.n_nodes = N;
+  meta_.n_nodes = N_cap;
   meta_.max_level_nodes = max_level_nodes;
   meta_.max_node_length = max_node_length;
   token_ids_ = dev_ints(o_token_ids);
@@ -148,6 +170,7 @@ void CudaOps::set_stream(const Stream& s) {
   max_select_id_ =
       s.select_ids.empty() ? -1 : *std::max_element(s.select_ids.begin(), s.select_ids.end());
   have_stream_ = true;
+  graph_round_begin(s);
 }
 
 }  // namespace flide
