@@ -24,8 +24,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "kernels/gdn.h"
 
@@ -150,13 +148,12 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t src_ld, 
 // ---------------------------------------------------------------------------------------------
 // Shapes and shared-memory layouts
 
-// VB: the most value columns one main block owns (its slice of the state).
-template <int DK, int DV, int VB = 32>
+template <int DK, int DV>
 struct Cfg {
   static_assert(DK % 4 == 0 && DV % 4 == 0, "head dims are multiples of 4");
   static constexpr int kKp = (DK + 15) / 16 * 16;  // key dim padded to whole m16 tiles
   static constexpr int kVp = (DV + 7) / 8 * 8;     // value dim padded to whole n8 tiles
-  static constexpr int kVb = kVp < VB ? kVp : VB;  // value columns of one main block
+  static constexpr int kVb = kVp < 32 ? kVp : 32;  // value columns of one main block
   static constexpr int kSplits = (DV + kVb - 1) / kVb;
   static constexpr int kVecK = DK % 8 == 0 ? 8 : 4;  // bf16 elements per async copy
   static constexpr int kVecV = DV % 8 == 0 ? 8 : 4;
@@ -469,12 +466,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 // loop over items = (node * Hv + head) * kSplits + split, so a head's slices run side by side and
 // share their W, q, k, P reads in L2.
 
-template <int DK, int DV, int VB>
+template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_main_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, float* state,
                     bf16* __restrict__ out, Workspace ws, int heads_k, int heads_v, int level,
                     float scale, TreeMeta meta) {
-  using C = Cfg<DK, DV, VB>;
+  using C = Cfg<DK, DV>;
   constexpr int kLdH = C::kLdH, kLdW = C::kLdW, kLdC = C::kLdC, kLdS = C::kLdS;
   constexpr int kTilesN = C::kVb / 8;                   // n8 tiles of the slice
   constexpr int kTilesS = C::kKp / 16;                  // m16 tiles of the state rows
@@ -702,33 +699,6 @@ bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-// Value columns per main block for 128x128 heads: FLIDE_GDN_SLICE=16 doubles the blocks of a
-// level (a lone trunk's 16 heads fill 128 SMs instead of 64) at the price of reading each chunk's
-// W, q, k and P twice as often. An experiment knob, read once.
-int main_slice() {
-  static const int slice = [] {
-    const char* env = std::getenv("FLIDE_GDN_SLICE");
-    return env && std::string_view(env) == "16" ? 16 : 32;
-  }();
-  return slice;
-}
-
-template <int DK, int DV, int VB>
-cudaError_t launch_main(const bf16* q, const bf16* k, float* state, bf16* out, const Workspace& ws,
-                        int heads_k, int heads_v, int level, float scale, const TreeMeta& meta,
-                        int sms, cudaStream_t stream) {
-  using C = Cfg<DK, DV, VB>;
-  cudaError_t err = cudaFuncSetAttribute(
-      gdn_main_kernel<DK, DV, VB>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kMainBytes);
-  if (err != cudaSuccess) return err;
-  const int64_t main_items = int64_t(meta.max_level_nodes) * heads_v * C::kSplits;
-  const int main_blocks =
-      int(std::max<int64_t>(1, std::min<int64_t>(main_items, int64_t(sms) * 2)));
-  gdn_main_kernel<DK, DV, VB><<<main_blocks, kThreads, C::kMainBytes, stream>>>(
-      q, k, state, out, ws, heads_k, heads_v, level, scale, meta);
-  return cudaGetLastError();
-}
-
 template <int DK, int DV>
 cudaError_t launch_gdn(const bf16* q, const bf16* k, const bf16* v, const float* g,
                        const float* beta, float* state, bf16* out, void* workspace, int heads_k,
@@ -752,6 +722,9 @@ cudaError_t launch_gdn(const bf16* q, const bf16* k, const bf16* v, const float*
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(gdn_prepare_kernel<DK, DV>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, C::kPrepBytes);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(gdn_main_kernel<DK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               C::kMainBytes);
   if (err != cudaSuccess) return err;
 
   gdn_plan_kernel<<<1, kPlanThreads, 0, stream>>>(ws.chunks, level, meta);
@@ -765,12 +738,12 @@ cudaError_t launch_gdn(const bf16* q, const bf16* k, const bf16* v, const float*
       q, k, v, g, beta, ws, heads_k, heads_v, scale, meta);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
-  if constexpr (DK == 128 && DV == 128)
-    if (main_slice() == 16)
-      return launch_main<DK, DV, 16>(q, k, state, out, ws, heads_k, heads_v, level, scale, meta,
-                                     sms, stream);
-  return launch_main<DK, DV, 32>(q, k, state, out, ws, heads_k, heads_v, level, scale, meta, sms,
-                                 stream);
+  const int64_t main_items = int64_t(meta.max_level_nodes) * heads_v * C::kSplits;
+  const int main_blocks =
+      int(std::max<int64_t>(1, std::min<int64_t>(main_items, int64_t(sms) * 2)));
+  gdn_main_kernel<DK, DV><<<main_blocks, kThreads, C::kMainBytes, stream>>>(
+      q, k, state, out, ws, heads_k, heads_v, level, scale, meta);
+  return cudaGetLastError();
 }
 
 using GdnLauncher = cudaError_t (*)(const bf16*, const bf16*, const bf16*, const float*,

@@ -53,7 +53,7 @@ class CudaGraphs : public CudaTest {
     policy_.max_round_tokens = 4096;
   }
   std::vector<TreeResult> run(const std::vector<Tree>& trees, bool graphs) {
-    EXPECT_TRUE(ops_->set_graphs(graphs));
+    EXPECT_EQ(ops_->set_graphs(graphs), graphs);
     Executor exec(*model_, policy_);
     return exec.run(trees, ExecMode::ExecMode_fork);
   }
