@@ -11,6 +11,9 @@ namespace flide {
 namespace {
 
 constexpr int32_t kMinTokens = 64;
+// Padding costs GEMM time in proportion (6% of a 6,000-token round was 2 ms on the H200 with
+// 8 steps, more than the launch gaps a graph saves there); 16 steps cap it at 6.25%.
+constexpr int32_t kStepsPerDoubling = 16;
 
 int32_t pow2_at_least(int32_t n) {
   return int32_t(std::bit_ceil(uint32_t(std::max(n, 1))));
@@ -20,7 +23,7 @@ int32_t pow2_at_least(int32_t n) {
 
 int32_t token_bucket(int32_t tokens) {
   if (tokens <= kMinTokens) return kMinTokens;
-  const int32_t step = int32_t(std::bit_floor(uint32_t(tokens))) / 8;
+  const int32_t step = int32_t(std::bit_floor(uint32_t(tokens))) / kStepsPerDoubling;
   return (tokens + step - 1) / step * step;
 }
 

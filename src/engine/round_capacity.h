@@ -1,7 +1,7 @@
 // Capacity buckets for rounds (DESIGN.md "A round is a flat stream"): a round is padded at its
 // tail up to the bucket its sizes fall in, so that every round of a bucket has the same shapes
 // and a backend with CUDA graphs captures one graph per bucket and replays it. Buckets step by
-// 1/8 of a power of two in tokens (at most 12.5% padding, 64 tokens at least) and by powers of
+// 1/16 of a power of two in tokens (at most 6.25% padding, 64 tokens at least) and by powers of
 // two in nodes, slots, out rows and select entries; the level count is kept as is.
 #pragma once
 
