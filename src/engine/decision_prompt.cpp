@@ -43,21 +43,21 @@ void validate_question(size_t index, const DecisionQuestion& q) {
 
 // Label ids of one prompt: each letter must add exactly one token to the prompt's tokenization
 // (checked on the whole prompt, the only check that is right for BPE; decision_api.md §1.3).
+// encode_appended makes that cheap: the prompt ends in an added token plus "\n\n".
 std::vector<int32_t> label_ids(const Tokenizer& tokenizer, size_t index, const std::string& prompt,
-                               const std::vector<int32_t>& prompt_tokens, size_t n_options) {
+                               size_t n_options) {
   std::vector<int32_t> ids;
   std::unordered_set<int32_t> seen;
   for (size_t i = 0; i < n_options; ++i) {
     const char letter = option_label(int(i));
-    std::vector<int32_t> with_letter = tokenizer.encode(prompt + letter);
-    if (with_letter.size() != prompt_tokens.size() + 1 ||
-        common_prefix(with_letter, prompt_tokens) != prompt_tokens.size())
+    const auto added = tokenizer.encode_appended(prompt, std::string_view(&letter, 1));
+    if (!added || added->size() != 1)
       throw Error(cat("question ", index, ": option letter '", letter,
                       "' is not a single token when appended to the prompt"));
-    if (!seen.insert(with_letter.back()).second)
+    if (!seen.insert(added->front()).second)
       throw Error(cat("question ", index, ": option letter '", letter,
                       "' has the same token id as an earlier letter"));
-    ids.push_back(with_letter.back());
+    ids.push_back(added->front());
   }
   return ids;
 }
@@ -116,7 +116,7 @@ Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_te
     child.parent = 0;
     child.tokens.assign(tokens[i].begin() + trunk, tokens[i].end());
     child.readout = ReadoutKind::ReadoutKind_choice;
-    child.label_ids = label_ids(tokenizer, i, prompts[i], tokens[i], questions[i].options.size());
+    child.label_ids = label_ids(tokenizer, i, prompts[i], questions[i].options.size());
     tree.nodes.push_back(std::move(child));
   }
   return tree;

@@ -33,6 +33,23 @@ std::optional<int32_t> Bpe::id_of(std::string_view token) const {
 }
 
 void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  CacheShard& shard = cache_[StringHash{}(word) % kCacheShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    auto it = shard.words.find(word);
+    if (it != shard.words.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t first = out.size();
+  merge_word(word, out);
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  if (shard.words.size() >= CacheShard::kMaxWords) shard.words.clear();
+  shard.words.emplace(std::string(word), std::vector<int32_t>(out.begin() + first, out.end()));
+}
+
+void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges) {
     if (auto id = id_of(word)) {
       out.push_back(*id);

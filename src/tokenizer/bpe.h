@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,8 +38,23 @@ struct Bpe {
   bool ignore_merges = false;                  // a word already in the vocabulary is one token
 
   std::optional<int32_t> id_of(std::string_view token) const;
-  // Appends the ids of one pre-token given in the ByteLevel alphabet.
+  // Appends the ids of one pre-token given in the ByteLevel alphabet. Results are cached per
+  // word: decision prompts repeat the same long state once per question, and merging is most
+  // of a tokenization's cost.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+
+ private:
+  void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Shared by every thread using the tokenizer, in shards by word hash so that server threads
+  // rarely wait on one another; a full shard is cleared (a bound, not an LRU: the words of one
+  // request are re-learnt at the cost of one pass).
+  struct CacheShard {
+    static constexpr size_t kMaxWords = size_t(1) << 14;
+    std::mutex mutex;
+    std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
+  };
+  static constexpr size_t kCacheShards = 16;
+  std::shared_ptr<CacheShard[]> cache_{new CacheShard[kCacheShards]};
 };
 
 }  // namespace flide::tok

@@ -18,6 +18,32 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+std::optional<std::vector<int32_t>> Tokenizer::encode_appended(std::string_view text,
+                                                               std::string_view suffix) const {
+  const std::string whole = cat(text, suffix);
+  // k: where text's last raw added token ends; the appended text must cut at k too, with the
+  // same pieces before it, for both encodings to share the ids of text[0, k).
+  const auto text_pieces = impl_->added.split(text, /*normalized=*/false);
+  const auto whole_pieces = impl_->added.split(whole, /*normalized=*/false);
+  size_t k = 0, shared = 0;
+  for (size_t i = 0; i < text_pieces.size(); ++i)
+    if (text_pieces[i].id >= 0) {
+      k = text_pieces[i].end;
+      shared = i + 1;
+    }
+  if (whole_pieces.size() < shared) return std::nullopt;
+  for (size_t i = 0; i < shared; ++i) {
+    const auto &a = text_pieces[i], &b = whole_pieces[i];
+    if (a.begin != b.begin || a.end != b.end || a.id != b.id) return std::nullopt;
+  }
+  const std::vector<int32_t> tail = encode(text.substr(k));
+  std::vector<int32_t> extended = encode(std::string_view(whole).substr(k));
+  if (extended.size() < tail.size() || !std::equal(tail.begin(), tail.end(), extended.begin()))
+    return std::nullopt;
+  extended.erase(extended.begin(), extended.begin() + std::ptrdiff_t(tail.size()));
+  return extended;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   // HF takes Rust strings, always valid UTF-8; PCRE2 and utf8proc rely on it too.
   if (size_t bad = tok::utf8_invalid_at(text); bad != std::string_view::npos)
