@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libopenblas-openmp-dev nlohmann-json3-dev libpcre2-dev
-          libutf8proc-dev libgtest-dev libgmock-dev)
+          libutf8proc-dev libcpp-httplib-dev libgtest-dev libgmock-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

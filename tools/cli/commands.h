@@ -12,5 +12,7 @@ int cmd_decide(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_logits(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
+int cmd_serve(const std::vector<std::string>& args);
+int cmd_bench_serve(const std::vector<std::string>& args);
 
 }  // namespace flide::cli

@@ -18,6 +18,9 @@ commands:
   bench      time single requests of a workload (latency percentiles, GEMM-only floor)
   logits     full next-token logits of a token sequence
   tokenize   token ids of a text
+  serve      the decision APIs over HTTP (System One, OpenAI Decisions), batched in rounds
+  bench-serve
+             closed-loop HTTP clients against a running server: throughput and latency
 
 `flide <command> --help` describes a command's options.
 )";
@@ -32,6 +35,8 @@ constexpr Command kCommands[] = {
     {"bench", flide::cli::cmd_bench},
     {"logits", flide::cli::cmd_logits},
     {"tokenize", flide::cli::cmd_tokenize},
+    {"serve", flide::cli::cmd_serve},
+    {"bench-serve", flide::cli::cmd_bench_serve},
 };
 
 }  // namespace

@@ -1,0 +1,160 @@
+// The engine loop (see engine_loop.h).
+#include "server/http/engine_loop.h"
+
+#include <cmath>
+#include <exception>
+
+#include "core/error.h"
+#include "server/routes/errors.h"
+
+namespace flide::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+ApiError server_error(const std::string& message) {
+  return ApiError(500, "server_error", message);
+}
+
+}  // namespace
+
+int64_t request_tokens(const PreparedRequest& request, ExecMode mode) {
+  return mode == ExecMode::ExecMode_fork ? request.input_tokens : request.rendered_tokens;
+}
+
+EngineLoop::EngineLoop(Model& model, EngineOptions options, Metrics& metrics)
+    : executor_(model, options.policy), options_(options), metrics_(metrics) {
+  FLIDE_CHECK(options_.max_queue >= 1 && options_.round_tokens >= 1);
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineLoop::~EngineLoop() {
+  stop();
+}
+
+std::future<nlohmann::ordered_json> EngineLoop::submit(PreparedRequest request,
+                                                       std::function<bool()> client_gone) {
+  Job job{std::move(request), std::move(client_gone), {}, Clock::now()};
+  std::future<nlohmann::ordered_json> answer = job.answer.get_future();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) throw unavailable("the server is shutting down");
+    if (int64_t(waiting_.size()) >= options_.max_queue)
+      throw rate_limited(cat("the decision queue is full (", options_.max_queue,
+                             " requests waiting, --max-queue); retry after the Retry-After delay"),
+                         retry_after_s());
+    waiting_.push_back(std::move(job));
+    metrics_.set_queue_depth(int64_t(waiting_.size()));
+  }
+  wake_.notify_one();
+  return answer;
+}
+
+void EngineLoop::stop() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+int EngineLoop::retry_after_s() const {
+  // A slot frees up when the running round ends: about one round from now.
+  return std::max(1, int(std::ceil(round_seconds_)));
+}
+
+void EngineLoop::run() {
+  for (;;) {
+    std::vector<Job> round = next_round();
+    if (round.empty()) break;
+    const Clock::time_point start = Clock::now();
+    run_round(round);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    round_seconds_ = round_seconds_ == 0 ? seconds_since(start)
+                                         : 0.8 * round_seconds_ + 0.2 * seconds_since(start);
+  }
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (Job& job : waiting_)
+    job.answer.set_exception(std::make_exception_ptr(unavailable("the server is shutting down")));
+  waiting_.clear();
+  metrics_.set_queue_depth(0);
+}
+
+std::vector<EngineLoop::Job> EngineLoop::next_round() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::vector<Job> round;
+  while (round.empty()) {
+    wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+    if (stopping_) return {};
+    int64_t tokens = 0;
+    while (!waiting_.empty()) {
+      Job& job = waiting_.front();
+      if (job.client_gone && job.client_gone()) {
+        job.answer.set_exception(std::make_exception_ptr(ApiError(
+            499, "client_closed_request", "the client disconnected before the request ran")));
+        metrics_.request_dropped();
+        waiting_.pop_front();
+        continue;
+      }
+      const int64_t cost = request_tokens(job.request, options_.mode);
+      if (!round.empty() && tokens + cost > options_.round_tokens) break;
+      tokens += cost;
+      metrics_.queue_wait(seconds_since(job.admitted));
+      round.push_back(std::move(job));
+      waiting_.pop_front();
+    }
+    metrics_.set_queue_depth(int64_t(waiting_.size()));
+  }
+  return round;
+}
+
+void EngineLoop::run_round(std::vector<Job>& jobs) {
+  std::vector<Tree> trees;
+  trees.reserve(jobs.size());
+  for (const Job& job : jobs) trees.push_back(job.request.tree);
+  std::vector<TreeResult> results;
+  RunStats stats;
+  const Clock::time_point start = Clock::now();
+  try {
+    results = executor_.run(trees, options_.mode, &stats);
+  } catch (const std::exception& e) {
+    if (jobs.size() > 1) {  // find the request at fault; the others still get answers
+      for (Job& job : jobs) {
+        std::vector<Job> alone;
+        alone.push_back(std::move(job));
+        run_round(alone);
+      }
+      return;
+    }
+    jobs[0].answer.set_exception(
+        std::make_exception_ptr(server_error(cat("the model failed on this request: ", e.what()))));
+    return;
+  }
+  RoundReport report;
+  report.seconds = seconds_since(start);
+  report.tokens_computed = stats.tokens_computed;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const PreparedRequest& request = jobs[i].request;
+    try {
+      jobs[i].answer.set_value(request.respond(results[i]));
+    } catch (const std::exception& e) {
+      jobs[i].answer.set_exception(
+          std::make_exception_ptr(server_error(cat("cannot render the answer: ", e.what()))));
+      continue;
+    }
+    ++report.requests;
+    report.questions += request.n_questions;
+    report.prompt_tokens += request.input_tokens;
+    if (options_.mode == ExecMode::ExecMode_fork)
+      report.shared_tokens += request.rendered_tokens - request.input_tokens;
+  }
+  metrics_.round_done(report);
+}
+
+}  // namespace flide::server

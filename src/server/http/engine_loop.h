@@ -1,0 +1,85 @@
+// The queue between the HTTP threads and the model (STYLE.md 13): HTTP threads validate and
+// prepare a request, then submit it here; one engine thread packs the waiting requests into
+// rounds of at most `round_tokens` token rows (arrival order; a larger request runs alone),
+// runs each round as one Executor::run, and answers every request through its future.
+// Requests that arrive while a round runs join the next one (continuous batching).
+//
+// Admission is bounded: past `max_queue` waiting requests, submit refuses with 429 and a
+// Retry-After of about one round. A request whose client has gone is dropped just before its
+// round. A round that throws is retried request by request, so one bad request cannot fail
+// the others, and the loop keeps serving whatever happens.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "engine/executor.h"
+#include "server/http/metrics.h"
+#include "server/prepared_request.h"
+
+namespace flide::server {
+
+struct EngineOptions {
+  ExecMode mode = ExecMode::ExecMode_fork;
+  int64_t max_queue = 128;       // admitted requests waiting for a round (>= 1)
+  int64_t round_tokens = 16384;  // token rows per round (>= 1)
+  // Padding to capacity buckets (CUDA graphs); flide serve sets it from --graphs.
+  RoundPolicy policy;
+};
+
+// The token rows `request` costs in `mode`: fork computes its trunk once, independent every
+// question's whole prompt.
+int64_t request_tokens(const PreparedRequest& request, ExecMode mode);
+
+class EngineLoop {
+ public:
+  // `model` must outlive the loop; the engine thread is its only user.
+  EngineLoop(Model& model, EngineOptions options, Metrics& metrics);
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Admits a prepared request; the future yields its 200 body, or throws ApiError: 499 when
+  // `client_gone` (asked just before the round) says the client disconnected, 500 when the
+  // model failed on it, 503 when the server stops first. Throws ApiError 429 at once when
+  // max_queue requests are waiting, 503 after stop().
+  std::future<nlohmann::ordered_json> submit(PreparedRequest request,
+                                             std::function<bool()> client_gone);
+
+  // Finishes the running round, answers the waiting requests 503 and joins the engine thread.
+  void stop();
+
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Job {
+    PreparedRequest request;
+    std::function<bool()> client_gone;
+    std::promise<nlohmann::ordered_json> answer;
+    std::chrono::steady_clock::time_point admitted;
+  };
+
+  void run();
+  std::vector<Job> next_round();  // blocks; empty when stopping
+  void run_round(std::vector<Job>& jobs);
+  int retry_after_s() const;  // caller holds mutex_
+
+  Executor executor_;
+  EngineOptions options_;
+  Metrics& metrics_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> waiting_;
+  bool stopping_ = false;
+  double round_seconds_ = 0;  // recent round time (exponential average), for Retry-After
+  std::thread thread_;
+};
+
+}  // namespace flide::server

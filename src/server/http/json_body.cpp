@@ -1,0 +1,34 @@
+// Request bodies as JSON (see json_body.h).
+#include "server/http/json_body.h"
+
+#include <cstdio>
+#include <string>
+
+#include "core/error.h"
+#include "server/routes/json_depth.h"
+#include "tokenizer/unicode.h"
+
+namespace flide::server {
+
+nlohmann::ordered_json parse_json_body(std::string_view body, Route route) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    throw malformed_json("the request body is empty: expected a JSON object");
+  if (const size_t at = tok::utf8_invalid_at(body); at != std::string_view::npos) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02X", unsigned(static_cast<unsigned char>(body[at])));
+    throw malformed_json(cat("the request body is not valid UTF-8: byte ", byte, " at offset ", at,
+                             " does not start a valid sequence"));
+  }
+  check_json_depth(body, kMaxJsonDepth, route);
+  try {
+    return nlohmann::ordered_json::parse(body);
+  } catch (const nlohmann::ordered_json::parse_error& e) {
+    // nlohmann's what() starts with "[json.exception.parse_error.101] ": keep the useful rest.
+    const std::string what = e.what();
+    const size_t tag_end = what.find("] ");
+    throw malformed_json(cat("the request body is not valid JSON: ",
+                             tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
+  }
+}
+
+}  // namespace flide::server

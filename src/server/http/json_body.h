@@ -1,0 +1,17 @@
+// A request body as JSON, checked in the order that keeps hostile bodies cheap: UTF-8 first
+// (JSON text is UTF-8, RFC 8259 §8.1, and every message below may quote the body), then the
+// nesting depth on the raw text (routes/json_depth.h), then the parse. Errors are ApiErrors in
+// the route's style (routes/errors.h): 400 invalid_request_error for an empty body, bytes that
+// are not UTF-8 and text that is not JSON; 422 (System One) or 400 (OpenAI) for nesting.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "server/routes/errors.h"
+
+namespace flide::server {
+
+nlohmann::ordered_json parse_json_body(std::string_view body, Route route);
+
+}  // namespace flide::server

@@ -1,0 +1,50 @@
+// `flide bench-serve` against a real server: one short run per client count, read back from its
+// --json line. The server computes in float64, so the same request answered alone or batched
+// with others differs by rounding only, and no top answer may change.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "server_process.h"
+
+namespace flide::test {
+namespace {
+
+std::string run(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return out;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
+TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  ServerProcess server("--dtype f64 --api-key k");
+  ASSERT_GT(server.port(), 0);
+  const std::string out =
+      run(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
+          " --workload race_one --clients 1,3 --duration 1 --warmup 0 --api-key k --json");
+  const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << out;
+  EXPECT_EQ(report["model"], "flide-tiny-random");
+  EXPECT_EQ(report["route"], "/v1/systemone");
+  ASSERT_EQ(report["runs"].size(), 2u);
+  for (const nlohmann::json& r : report["runs"]) {
+    EXPECT_GT(r["requests"].get<int>(), 0) << r;
+    EXPECT_EQ(r["failed"], 0) << r;
+    EXPECT_EQ(r["questions_per_s"].get<double>(), r["requests_per_s"].get<double>()) << r;
+    EXPECT_LE(r["p50_ms"].get<double>(), r["p99_ms"].get<double>()) << r;
+    EXPECT_GT(r["input_tokens_mean"].get<double>(), 0) << r;
+  }
+  const nlohmann::json& changes = report["top_answer_changes"];
+  EXPECT_GT(changes["compared"].get<int>(), 0) << changes;
+  EXPECT_EQ(changes["changed"], 0) << changes;
+  EXPECT_LT(changes["max_abs_dprob"].get<double>(), 1e-9) << changes;
+  EXPECT_EQ(server.stop(SIGINT), 0) << server.stderr_text();
+}
+
+}  // namespace
+}  // namespace flide::test

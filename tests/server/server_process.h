@@ -1,0 +1,88 @@
+// A real `flide serve` process for the server tests: started on an ephemeral loopback port with
+// the shipped tiny model, its port read from the `listening on` line, driven over HTTP with
+// httplib::Client, and stopped with SIGTERM (whose clean exit is part of what is tested).
+#pragma once
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace flide::test {
+
+std::filesystem::path tiny_model_dir();  // <repo>/models/flide-tiny-random
+bool tiny_model_present();
+
+class ServerProcess {
+ public:
+  // `flide serve --model <tiny> --port 0 --threads 1 <extra_args>`; returns once /health is
+  // 200 (a test failure, and port() 0, when the server does not come up in 60 s).
+  explicit ServerProcess(const std::string& extra_args = "");
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const;  // http://127.0.0.1:PORT
+  // A keep-alive client with generous timeouts (the tiny model answers in milliseconds, a 2-core
+  // CI machine under a burst in seconds).
+  std::unique_ptr<httplib::Client> client() const;
+  // `signal` (SIGTERM or SIGINT: both stop it cleanly), then the exit status (-1 when it had to
+  // be killed or died of a signal).
+  int stop(int signal = SIGTERM);
+  std::string stderr_text() const;  // everything the server logged so far
+
+ private:
+  void start(const std::string& extra_args);  // gtest's ASSERTs need a void function
+
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  int port_ = 0;
+  std::filesystem::path stderr_file_;
+};
+
+// POSTs a JSON body (or any bytes) and parses the answer; the status comes back alongside.
+struct HttpAnswer {
+  int status = 0;               // 0 when the request failed at the transport level
+  nlohmann::ordered_json body;  // null when the body is not JSON
+  std::string text;
+  httplib::Headers headers;
+};
+HttpAnswer post(httplib::Client& client, const std::string& path, const std::string& body,
+                const httplib::Headers& headers = {},
+                const std::string& content_type = "application/json");
+HttpAnswer get(httplib::Client& client, const std::string& path,
+               const httplib::Headers& headers = {});
+
+// A TCP connection to the server on which the test writes raw bytes (malformed HTTP, a client
+// that hangs up). Closed on destruction.
+class RawConnection {
+ public:
+  explicit RawConnection(int port);
+  ~RawConnection();
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+  void send(const std::string& bytes);
+  // One response (or what came until the server closed, or 10 s passed).
+  std::string receive();
+  void close();
+
+ private:
+  int fd_ = -1;
+};
+
+// The value of `name` (a sample line `name value` or `name{labels} value`) in /metrics text;
+// 0 when absent.
+double metric(const std::string& metrics_text, const std::string& name_and_labels);
+
+}  // namespace flide::test
+
+#define FLIDE_SKIP_WITHOUT_TINY_MODEL()                                                     \
+  do {                                                                                      \
+    if (!::flide::test::tiny_model_present())                                               \
+      GTEST_SKIP() << ::flide::test::tiny_model_dir() << " not found (not generated yet?)"; \
+  } while (0)

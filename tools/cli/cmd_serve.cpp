@@ -1,0 +1,250 @@
+// `flide serve`: the decision APIs over HTTP (server/http). It binds and starts answering first
+// (503 until ready, so /health tells when the model is in), loads the tokenizer and the model on
+// a loader thread, then hands the routes a ServingModel. SIGINT and SIGTERM are taken by the main
+// thread (blocked everywhere else), which stops cleanly: the running round finishes, waiting
+// requests get 503, the HTTP threads are joined. A signal during the load exits at once: there
+// is nothing to finish yet.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "args.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "core/error.h"
+#include "engine/decision_prompt.h"
+#include "server/http/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flide::cli {
+
+namespace {
+
+using server::EngineLoop;
+using server::EngineOptions;
+using server::HttpOptions;
+using server::HttpServer;
+using server::Metrics;
+using server::RouteLimits;
+using server::ServingModel;
+
+constexpr const char* kUsage =
+    R"(usage: flide serve (--model DIR | --config CONFIG.json --tokenizer FILE) [options]
+
+Serves decision requests over HTTP:
+  POST /v1/systemone   System One (TypeSafe / llama.cpp format)
+  POST /v1/decisions   OpenAI's Decisions API (client.decisions.create)
+  GET  /v1/models, GET /health (503 while loading), GET /metrics (Prometheus)
+  POST /tokenize, POST /detokenize (llama.cpp's "content" or vLLM's "prompt")
+Waiting requests are packed into rounds of up to --round-tokens tokens; requests arriving while
+a round runs join the next one. Prints `flide serve: listening on http://HOST:PORT` on stdout.
+
+options:
+  --model DIR           model directory (config.json, safetensors, tokenizer.json)
+  --config FILE         instead of --model: random weights of a config.json's shapes (e.g.
+                        ../shared/configs/qwen3_5_0_8b.json), with --tokenizer
+  --tokenizer FILE      the tokenizer.json (default: DIR/tokenizer.json)
+  --seed N              random-weight seed with --config (default: 0)
+  --host ADDR           address to listen on (default: 127.0.0.1, this machine only)
+  --port N              port (default: 8000; 0: any free port)
+  --device cpu|cuda     where to compute (default: cpu; cuda: GPU 0)
+  --dtype f32|f64|bf16  f32 (default) or f64 on cpu, bf16 (the only one) on cuda
+  --threads N           CPU threads for the model (default: all cores; cpu only)
+  --graphs on|off       cuda: pad each round to its capacity bucket and replay one CUDA graph
+                        per bucket (default: on); no effect on cpu
+  --mode fork|independent
+                        fork: each context once, questions forked from it (default);
+                        independent: every question as its own prompt (the reference)
+  --api-key KEY         require `Authorization: Bearer KEY` (401 otherwise); /health and
+                        /v1/models stay open, as in llama.cpp
+  --max-queue N         admitted requests waiting for a round; more get 429 (default: 128)
+  --max-questions N     questions per request; more get 413 (default: 64)
+  --max-prompt-tokens N rendered prompt tokens per request, over all questions, before prefix
+                        sharing; more get 413 (default: 0, unlimited)
+  --max-context-tokens N
+                        one question's whole prompt; longer gets 400 (default: the model's
+                        max_position_embeddings)
+  --max-body-bytes N    request body size; larger gets 413 (default: 4194304)
+  --round-tokens N      token rows per engine round; a larger request runs alone
+                        (default: 16384)
+  --help                this text
+)";
+
+// The name responses report: the checkpoint folder's or the config file's.
+std::string model_id(const ModelSource& source) {
+  const std::filesystem::path path = source.path.lexically_normal();
+  if (source.random) return path.stem().string();
+  return path.has_filename() ? path.filename().string() : path.parent_path().filename().string();
+}
+
+// max_position_embeddings of the text model (top level or text_config), 0 when absent.
+int64_t max_model_len(const std::filesystem::path& config_file) {
+  const nlohmann::json config = nlohmann::json::parse(read_file(config_file), nullptr, false);
+  if (!config.is_object()) throw Error(cat(config_file, " is not a JSON object"));
+  const nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
+  return text.value("max_position_embeddings", int64_t(0));
+}
+
+// Everything the load builds, owned together; the engine is declared last (stopped first).
+struct Served {
+  LoadedModel loaded;
+  std::optional<Tokenizer> tokenizer;
+  std::unique_ptr<ServingModel> serving;
+  std::unique_ptr<EngineLoop> engine;
+};
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& argv) {
+  const Args args = Args::parse(argv, {{"model", true},
+                                       {"config", true},
+                                       {"tokenizer", true},
+                                       {"seed", true},
+                                       {"host", true},
+                                       {"port", true},
+                                       {"device", true},
+                                       {"dtype", true},
+                                       {"threads", true},
+                                       {"mode", true},
+                                       {"api-key", true},
+                                       {"max-queue", true},
+                                       {"max-questions", true},
+                                       {"max-prompt-tokens", true},
+                                       {"max-context-tokens", true},
+                                       {"max-body-bytes", true},
+                                       {"round-tokens", true},
+                                       {"graphs", true},
+                                       {"help", false}});
+  if (args.has("help")) {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  // Everything the user typed is checked before binding a port or loading anything.
+  const ModelSource source = parse_model_source(args);
+  const BackendChoice backend =
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
+  const std::filesystem::path config_file =
+      source.random ? source.path : source.path / "config.json";
+  std::filesystem::path tokenizer_file;
+  if (args.has("tokenizer"))
+    tokenizer_file = args.required("tokenizer");
+  else if (source.random)
+    throw Error(
+        "--config serves random weights and needs --tokenizer FILE (a tokenizer.json, e.g. "
+        "../shared/data/tokenizers/qwen2/tokenizer.json)");
+  else
+    tokenizer_file = source.path / "tokenizer.json";
+  for (const std::filesystem::path& file : {config_file, tokenizer_file})
+    if (!std::filesystem::is_regular_file(file)) throw Error(cat(file, " not found"));
+
+  EngineOptions engine_options;
+  engine_options.mode = parse_mode(args.value("mode"));
+  const std::optional<std::string> graphs = args.value("graphs");
+  if (graphs && *graphs != "on" && *graphs != "off")
+    throw Error(cat("--graphs: \"", *graphs, "\" is neither on nor off"));
+  engine_options.max_queue = parse_count(args.value("max-queue"), "max-queue", 128, 1, 4096);
+  engine_options.round_tokens =
+      parse_count(args.value("round-tokens"), "round-tokens", 16384, 1, int64_t(1) << 30);
+  RouteLimits limits;
+  limits.max_questions =
+      parse_count(args.value("max-questions"), "max-questions", limits.max_questions, 1);
+  limits.max_prompt_tokens = parse_count(args.value("max-prompt-tokens"), "max-prompt-tokens",
+                                         limits.max_prompt_tokens, 0, int64_t(1) << 40);
+  const int64_t position_limit = max_model_len(config_file);
+  limits.max_context_tokens = parse_count(args.value("max-context-tokens"), "max-context-tokens",
+                                          position_limit, 1, int64_t(1) << 40);
+  HttpOptions http_options;
+  http_options.host = args.value("host").value_or("127.0.0.1");
+  http_options.port = int(parse_count(args.value("port"), "port", 8000, 0, 65535));
+  http_options.api_key = args.value("api-key").value_or("");
+  http_options.max_body_bytes = parse_count(args.value("max-body-bytes"), "max-body-bytes",
+                                            http_options.max_body_bytes, 1, int64_t(1) << 34);
+  // A thread per request in flight: the waiting ones and a round's worth beside them.
+  http_options.threads = int(2 * engine_options.max_queue + 16);
+
+  // Blocked before any thread starts, so every thread inherits the mask and only sigtimedwait
+  // below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Metrics metrics;
+  HttpServer http(http_options, metrics);
+  const int port = http.bind();
+  http.start();
+  const std::string host = http_options.host.find(':') == std::string::npos
+                               ? http_options.host
+                               : "[" + http_options.host + "]";
+  std::printf("flide serve: listening on http://%s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+
+  Served served;
+  std::string load_error;
+  std::atomic<bool> load_done{false};
+  std::thread loader([&] {
+    try {
+      const auto start = std::chrono::steady_clock::now();
+      std::fprintf(stderr, "flide serve: loading %s on %s\n", source.path.c_str(),
+                   backend_description(backend).c_str());
+      served.tokenizer.emplace(Tokenizer::load(tokenizer_file));
+      served.loaded = load_model_source(source, backend);
+      const ModelInfo& info = served.loaded.model->info();
+      engine_options.policy = apply_graphs(graphs, *served.loaded.ops);
+      served.engine = std::make_unique<EngineLoop>(*served.loaded.model, engine_options, metrics);
+      served.serving = std::make_unique<ServingModel>(
+          ServingModel{{*served.tokenizer, model_id(source), info.vocab_size, limits},
+                       *served.engine,
+                       position_limit,
+                       int64_t(std::time(nullptr))});
+      http.set_serving(served.serving.get());
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr,
+                   "flide serve: ready in %.1f s: model %s (%" PRId64
+                   " layers), --mode %s; at most %d options per question; max queued = %" PRId64
+                   " requests; rounds of up to %" PRId64 " tokens\n",
+                   seconds, served.serving->routes.model_id.c_str(), info.n_layers,
+                   std::string(mode_name(engine_options.mode)).c_str(), kMaxOptions,
+                   engine_options.max_queue, engine_options.round_tokens);
+    } catch (const std::exception& e) {
+      load_error = e.what();
+    }
+    load_done = true;
+  });
+
+  int status = kExitOk;
+  for (;;) {
+    const timespec tick{0, 100 * 1000 * 1000};
+    const int signal = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (signal == SIGINT || signal == SIGTERM) {
+      if (!load_done) {
+        std::fprintf(stderr, "flide serve: stopped while loading\n");
+        std::fflush(stderr);
+        std::_Exit(kExitOk);
+      }
+      std::fprintf(stderr, "flide serve: stopping\n");
+      break;
+    }
+    if (load_done && !load_error.empty()) {
+      std::fprintf(stderr, "flide: error: %s\n", load_error.c_str());
+      status = kExitUsage;
+      break;
+    }
+  }
+  loader.join();
+  if (served.engine) served.engine->stop();  // the running round ends, waiting requests get 503
+  http.stop();
+  return status;
+}
+
+}  // namespace flide::cli
