@@ -92,6 +92,7 @@ std::unique_ptr<httplib::Client> make_client(const std::string& url, const std::
   auto client = std::make_unique<httplib::Client>(url);
   if (!client->is_valid()) throw Error(cat("--url: \"", url, "\" is not an http(s)://HOST:PORT"));
   client->set_keep_alive(true);
+  client->set_tcp_nodelay(true);  // a request's header and body go out without waiting
   client->set_connection_timeout(10);
   client->set_read_timeout(600);  // a long request under heavy load
   client->set_write_timeout(60);

@@ -74,7 +74,7 @@ options:
                         max_position_embeddings)
   --max-body-bytes N    request body size; larger gets 413 (default: 4194304)
   --round-tokens N      token rows per engine round; a larger request runs alone
-                        (default: 16384)
+                        (default: 65536)
   --help                this text
 )";
 
@@ -152,7 +152,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     throw Error(cat("--graphs: \"", *graphs, "\" is neither on nor off"));
   engine_options.max_queue = parse_count(args.value("max-queue"), "max-queue", 128, 1, 4096);
   engine_options.round_tokens =
-      parse_count(args.value("round-tokens"), "round-tokens", 16384, 1, int64_t(1) << 30);
+      parse_count(args.value("round-tokens"), "round-tokens", 65536, 1, int64_t(1) << 30);
   RouteLimits limits;
   limits.max_questions =
       parse_count(args.value("max-questions"), "max-questions", limits.max_questions, 1);

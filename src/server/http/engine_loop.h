@@ -29,7 +29,7 @@ namespace flide::server {
 struct EngineOptions {
   ExecMode mode = ExecMode::ExecMode_fork;
   int64_t max_queue = 128;       // admitted requests waiting for a round (>= 1)
-  int64_t round_tokens = 16384;  // token rows per round (>= 1)
+  int64_t round_tokens = 65536;  // token rows per round (>= 1)
   // Padding to capacity buckets (CUDA graphs); flide serve sets it from --graphs.
   RoundPolicy policy;
 };

@@ -294,6 +294,9 @@ HttpServer::HttpServer(HttpOptions options, Metrics& metrics)
   const auto without_body = [&m](const httplib::Request& req, httplib::Response& res) {
     m.on_no_body(req, res);
   };
+  // Without it, a response written in pieces waits on the client's delayed ACK (Nagle): ~90 ms
+  // on every request, measured on the H200 host.
+  m.http.set_tcp_nodelay(true);
   m.http.Post(".*", with_body);
   m.http.Put(".*", with_body);
   m.http.Patch(".*", with_body);

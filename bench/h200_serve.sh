@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# flide serve under load on the H200 (issue 4): builds flide with CUDA, then for each shape
+# starts `flide serve` on random weights of that shape with the Qwen2 tokenizer and runs
+# `flide bench-serve` against it, writing under $OUT (default ./h200-out). From the repo root:
+#   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
+# Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), GRAPHS (on|off).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-h200-out}
+mkdir -p "$out"
+shapes=${SHAPES:-qwen3_5_0_8b}
+workloads=${WORKLOADS:-quality_all}
+flide=build-gpu/tools/cli/flide
+FLIDE_TARGETS=flide bash scripts/device_build.sh > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+for shape in ${shapes//,/ }; do
+  log="$out/serve_$shape.log"
+  $flide serve --config ".devcarry/configs/$shape.json" --tokenizer .devcarry/qwen2_tokenizer.json \
+      --device cuda --port 0 --graphs "${GRAPHS:-on}" --max-queue 256 > "$out/serve_$shape.stdout" 2> "$log" &
+  server=$!
+  port=
+  for _ in $(seq 1 300); do
+    port=$(grep -oE 'listening on http://[^ ]+:[0-9]+' "$out/serve_$shape.stdout" | grep -oE '[0-9]+$')
+    [[ -n $port ]] && grep -q "ready in" "$log" && break
+    sleep 0.2
+  done
+  for w in ${workloads//,/ }; do
+    $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "${CLIENTS:-1,8,64}" \
+        --duration "${DURATION:-10}" --json | tee -a "$out/bench_serve.jsonl"
+  done
+  kill -TERM $server; wait $server
+done
