@@ -13,8 +13,9 @@
 #
 # Environment knobs: FLIDE_DEPS (unpack dir, /tmp/flide-deps), FLIDE_DEBS (.devcarry/debs),
 # FLIDE_BUILD_DIR (build-gpu), FLIDE_JOBS (nproc), FLIDE_CMAKE_ARGS (extra configure flags),
-# FLIDE_TARGETS (targets to build, default all), FLIDE_CONFIGURE_ONLY=1 (stop after configuring), FLIDE_GTEST_FROM_SOURCE=0/1 (default: from
-# source when the host g++ is older than 12, the compiler Debian 12 built libgtest.a with).
+# FLIDE_TARGETS (targets to build, default all), FLIDE_CONFIGURE_ONLY=1 (stop after
+# configuring), FLIDE_GTEST_FROM_SOURCE=0/1 (default: from source when the host g++ is older
+# than 12, the compiler Debian 12 built libgtest.a with).
 #
 # How the dependencies are found (the .pc files say prefix=/usr):
 #   pkg-config   our own pkgconf (pkgconf-bin) with PKG_CONFIG_SYSROOT_DIR=$FLIDE_DEPS, so every
@@ -38,7 +39,8 @@
 #   libopenblas-openmp-dev libopenblas0-openmp nlohmann-json3-dev libpcre2-dev libpcre2-8-0
 #   libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 libgtest-dev
 #   libgmock-dev googletest (sources) libgfortran5 libquadmath0 libgomp1 pkgconf pkgconf-bin
-#   libpkgconf3
+#   libpkgconf3; for flide serve: libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev
+#   libbrotli-dev libbrotli1 (the folder is then ~19 MB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
