@@ -124,6 +124,20 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+std::vector<NumberedLine> nonblank_lines(const std::string& text) {
+  std::vector<NumberedLine> lines;
+  size_t begin = 0;
+  for (size_t number = 1; begin < text.size(); ++number) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.find_first_not_of(" \t\r") != std::string::npos)
+      lines.push_back({number, std::move(line)});
+  }
+  return lines;
+}
+
 std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
@@ -143,8 +157,8 @@ int64_t parse_count(const std::optional<std::string>& value, const char* flag, i
   const char* end = value->data() + value->size();
   const auto [ptr, ec] = std::from_chars(value->data(), end, n);
   if (ec != std::errc() || ptr != end || n < minimum || n > maximum)
-    throw Error(cat("--", flag, ": \"", *value, "\" is not a count (", minimum, " to ", maximum,
-                    ")"));
+    throw Error(
+        cat("--", flag, ": \"", *value, "\" is not a count (", minimum, " to ", maximum, ")"));
   return n;
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -81,6 +82,14 @@ int64_t parse_count(const std::optional<std::string>& value, const char* flag, i
 uint64_t parse_seed(const std::optional<std::string>& value);
 
 std::string read_file(const std::filesystem::path& path);  // Error naming the file
+
+// The lines of a JSONL text that hold something (blank ones skipped), with their 1-based
+// numbers in the file, for errors that name the line.
+struct NumberedLine {
+  size_t number = 0;
+  std::string text;
+};
+std::vector<NumberedLine> nonblank_lines(const std::string& text);
 std::string read_stdin();
 
 }  // namespace flide::cli

@@ -80,14 +80,7 @@ struct Tally {
 
 std::vector<Entry> parse_lines(const std::string& text, int64_t vocab_size) {
   std::vector<Entry> entries;
-  size_t begin = 0;
-  for (size_t number = 1; begin < text.size(); ++number) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(begin, end - begin);
-    begin = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-
+  for (const auto& [number, line] : nonblank_lines(text)) {
     Entry entry;
     entry.line = number;
     try {

@@ -31,12 +31,9 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"decide", flide::cli::cmd_decide},
-    {"bench", flide::cli::cmd_bench},
-    {"logits", flide::cli::cmd_logits},
-    {"tokenize", flide::cli::cmd_tokenize},
-    {"serve", flide::cli::cmd_serve},
-    {"bench-serve", flide::cli::cmd_bench_serve},
+    {"decide", flide::cli::cmd_decide}, {"bench", flide::cli::cmd_bench},
+    {"logits", flide::cli::cmd_logits}, {"tokenize", flide::cli::cmd_tokenize},
+    {"serve", flide::cli::cmd_serve},   {"bench-serve", flide::cli::cmd_bench_serve},
 };
 
 }  // namespace

@@ -46,13 +46,7 @@ std::vector<TextRequest> synthetic_requests(const SyntheticShape& shape, double 
 std::vector<TextRequest> file_requests(const std::filesystem::path& file) {
   const std::string text = read_file(file);
   std::vector<TextRequest> requests;
-  size_t begin = 0, number = 1;
-  for (; begin < text.size(); ++number) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(begin, end - begin);
-    begin = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  for (const auto& [number, line] : nonblank_lines(text)) {
     const auto where = [&] { return cat("--workload ", file.string(), ": line ", number, ": "); };
     DecideRequest parsed;
     try {

@@ -50,15 +50,7 @@ Workload synthetic_workload(const SyntheticShape& shape, int64_t vocab_size, uin
 
 Workload file_workload(const std::filesystem::path& file, int64_t vocab_size,
                        const std::optional<std::filesystem::path>& tokenizer_json) {
-  const std::string text = read_file(file);
-  size_t begin = 0, number = 1;
-  for (; begin < text.size(); ++number) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(begin, end - begin);
-    begin = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-
+  for (const auto& [number, line] : nonblank_lines(read_file(file))) {
     DecideRequest request;
     try {
       request = parse_decide_request(nlohmann::ordered_json::parse(line), vocab_size);
