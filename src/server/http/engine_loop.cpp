@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <exception>
+#include <optional>
 
 #include "core/error.h"
 #include "server/routes/errors.h"
@@ -136,16 +137,20 @@ void EngineLoop::run_round(std::vector<Job>& jobs) {
         std::make_exception_ptr(server_error(cat("the model failed on this request: ", e.what()))));
     return;
   }
+  // Every answer is rendered and the round counted before any client hears back, so that a
+  // client that reads /metrics after its answer sees its own request in them.
   RoundReport report;
   report.seconds = seconds_since(start);
   report.tokens_computed = stats.tokens_computed;
+  std::vector<std::optional<nlohmann::ordered_json>> bodies(jobs.size());
+  std::vector<std::exception_ptr> failures(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     const PreparedRequest& request = jobs[i].request;
     try {
-      jobs[i].answer.set_value(request.respond(results[i]));
+      bodies[i] = request.respond(results[i]);
     } catch (const std::exception& e) {
-      jobs[i].answer.set_exception(
-          std::make_exception_ptr(server_error(cat("cannot render the answer: ", e.what()))));
+      failures[i] =
+          std::make_exception_ptr(server_error(cat("cannot render the answer: ", e.what())));
       continue;
     }
     ++report.requests;
@@ -155,6 +160,12 @@ void EngineLoop::run_round(std::vector<Job>& jobs) {
       report.shared_tokens += request.rendered_tokens - request.input_tokens;
   }
   metrics_.round_done(report);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (bodies[i])
+      jobs[i].answer.set_value(std::move(*bodies[i]));
+    else
+      jobs[i].answer.set_exception(failures[i]);
+  }
 }
 
 }  // namespace flide::server
