@@ -63,14 +63,6 @@ std::filesystem::path ScratchDir::write(const std::string& name, const std::stri
   return file;
 }
 
-std::filesystem::path tiny_model_dir() {
-  return std::filesystem::path(FLIDE_SOURCE_DIR) / "models" / "flide-tiny-random";
-}
-
-bool tiny_model_present() {
-  return std::filesystem::exists(tiny_model_dir() / "config.json");
-}
-
 int64_t tiny_model_vocab_size() {
   const nlohmann::json config = nlohmann::json::parse(slurp(tiny_model_dir() / "config.json"));
   const nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;

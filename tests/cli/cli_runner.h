@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/tiny_model.h"
+
 namespace flide::test {
 
 struct CliResult {
@@ -36,17 +38,9 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-std::filesystem::path tiny_model_dir();  // <repo>/models/flide-tiny-random
-bool tiny_model_present();
 int64_t tiny_model_vocab_size();  // from its config.json (top level or text_config)
 
 // Each non-empty line of `text` parsed as JSON (a test failure and null for a bad line).
 std::vector<nlohmann::json> json_lines(const std::string& text);
 
 }  // namespace flide::test
-
-#define FLIDE_SKIP_WITHOUT_TINY_MODEL()                                                     \
-  do {                                                                                      \
-    if (!::flide::test::tiny_model_present())                                               \
-      GTEST_SKIP() << ::flide::test::tiny_model_dir() << " not found (not generated yet?)"; \
-  } while (0)

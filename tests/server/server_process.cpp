@@ -66,14 +66,6 @@ HttpAnswer answer_of(const httplib::Result& result) {
 
 }  // namespace
 
-std::filesystem::path tiny_model_dir() {
-  return std::filesystem::path(FLIDE_SOURCE_DIR) / "models" / "flide-tiny-random";
-}
-
-bool tiny_model_present() {
-  return std::filesystem::exists(tiny_model_dir() / "config.json");
-}
-
 ServerProcess::ServerProcess(const std::string& extra_args) {
   start(extra_args);
 }

@@ -12,10 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace flide::test {
+#include "common/tiny_model.h"
 
-std::filesystem::path tiny_model_dir();  // <repo>/models/flide-tiny-random
-bool tiny_model_present();
+namespace flide::test {
 
 class ServerProcess {
  public:
@@ -80,9 +79,3 @@ class RawConnection {
 double metric(const std::string& metrics_text, const std::string& name_and_labels);
 
 }  // namespace flide::test
-
-#define FLIDE_SKIP_WITHOUT_TINY_MODEL()                                                     \
-  do {                                                                                      \
-    if (!::flide::test::tiny_model_present())                                               \
-      GTEST_SKIP() << ::flide::test::tiny_model_dir() << " not found (not generated yet?)"; \
-  } while (0)
