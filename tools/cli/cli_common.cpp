@@ -142,11 +142,15 @@ std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
-RoundPolicy apply_graphs(const std::optional<std::string>& value, Ops& ops) {
+bool parse_graphs(const std::optional<std::string>& value) {
   if (value && *value != "on" && *value != "off")
     throw Error(cat("--graphs: \"", *value, "\" is neither on nor off"));
+  return !value || *value == "on";
+}
+
+RoundPolicy graphs_policy(Ops& ops, bool graphs) {
   RoundPolicy policy;
-  policy.pad_to_buckets = ops.set_graphs(!value || *value == "on");
+  policy.pad_to_buckets = ops.set_graphs(graphs);
   return policy;
 }
 

@@ -69,9 +69,10 @@ ModelSource parse_model_source(const Args& args);
 LoadedModel load_model_source(const ModelSource& source, const BackendChoice& backend);
 
 // --graphs on|off: CUDA graphs per capacity bucket (default on; the CPU backend has none).
-// Turns them on or off in `ops` and returns the round policy that goes with it: rounds padded
+bool parse_graphs(const std::optional<std::string>& value);
+// Turns graphs on or off in `ops` and returns the round policy that goes with it: rounds padded
 // to their bucket only when the backend replays graphs.
-RoundPolicy apply_graphs(const std::optional<std::string>& value, Ops& ops);
+RoundPolicy graphs_policy(Ops& ops, bool graphs);
 
 // A count flag (--reps, --port, --max-queue...): an integer in [minimum, maximum], `fallback`
 // when absent; Error naming the flag otherwise.

@@ -154,13 +154,12 @@ ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, bo
   ModeResult result;
   result.mode = mode;
   GemmRecorder recorder(model);
-  // The floor's GEMMs are those of the unpadded round: the same token count as the request.
+  // The floor's GEMMs are those of the unpadded round (the same token count as the request);
+  // an unpadded round never runs as a graph.
   recorder.recording = true;
-  ops.set_graphs(false);
   Executor(recorder).run({tree}, mode);
   recorder.recording = false;
-  RoundPolicy policy;
-  policy.pad_to_buckets = ops.set_graphs(graphs);
+  const RoundPolicy policy = graphs_policy(ops, graphs);
   result.graphs = policy.pad_to_buckets;
   Executor executor(recorder, policy);
   std::vector<double> ms;

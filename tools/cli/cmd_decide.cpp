@@ -165,6 +165,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const ExecMode mode = parse_mode(args.value("mode"));
+  const bool graphs = parse_graphs(args.value("graphs"));
   const std::string input = read_file(input_path);
 
   std::ofstream output_file;
@@ -194,7 +195,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
     break;
   }
 
-  Executor executor(*loaded.model, apply_graphs(args.value("graphs"), *loaded.ops));
+  Executor executor(*loaded.model, graphs_policy(*loaded.ops, graphs));
   Progress progress(entries.size());
   const bool out_is_terminal = out == &std::cout && isatty(STDOUT_FILENO) == 1;
   Tally tally;

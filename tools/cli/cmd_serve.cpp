@@ -147,9 +147,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   EngineOptions engine_options;
   engine_options.mode = parse_mode(args.value("mode"));
-  const std::optional<std::string> graphs = args.value("graphs");
-  if (graphs && *graphs != "on" && *graphs != "off")
-    throw Error(cat("--graphs: \"", *graphs, "\" is neither on nor off"));
+  const bool graphs = parse_graphs(args.value("graphs"));
   engine_options.max_queue = parse_count(args.value("max-queue"), "max-queue", 128, 1, 4096);
   engine_options.round_tokens =
       parse_count(args.value("round-tokens"), "round-tokens", 65536, 1, int64_t(1) << 30);
@@ -199,7 +197,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
       served.tokenizer.emplace(Tokenizer::load(tokenizer_file));
       served.loaded = load_model_source(source, backend);
       const ModelInfo& info = served.loaded.model->info();
-      engine_options.policy = apply_graphs(graphs, *served.loaded.ops);
+      engine_options.policy = graphs_policy(*served.loaded.ops, graphs);
       served.engine = std::make_unique<EngineLoop>(*served.loaded.model, engine_options, metrics);
       served.serving = std::make_unique<ServingModel>(
           ServingModel{{*served.tokenizer, model_id(source), info.vocab_size, limits},
