@@ -44,9 +44,10 @@ PendingReadout register_readout(StreamAssembler& sa, int32_t t, int32_t n, const
   return r;
 }
 
-void forked_round(const std::vector<Tree>& trees, StreamAssembler& sa,
-                  std::vector<PendingReadout>& pending) {
-  for (int32_t t = 0; t < int32_t(trees.size()); ++t) {
+// The round's trees are trees[members[i]]; readouts keep their index into `trees`.
+void forked_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members,
+                  StreamAssembler& sa, std::vector<PendingReadout>& pending) {
+  for (int32_t t : members) {
     const Tree& tree = trees[t];
     std::vector<int32_t> seg(tree.nodes.size());
     for (int32_t n = 0; n < int32_t(tree.nodes.size()); ++n) {
@@ -65,9 +66,9 @@ void forked_round(const std::vector<Tree>& trees, StreamAssembler& sa,
 
 // Each root-to-leaf path as its own sequence; a readout is taken from the first path that
 // contains its node. Paths that carry no new readout are not run.
-void independent_round(const std::vector<Tree>& trees, StreamAssembler& sa,
-                       std::vector<PendingReadout>& pending) {
-  for (int32_t t = 0; t < int32_t(trees.size()); ++t) {
+void independent_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members,
+                       StreamAssembler& sa, std::vector<PendingReadout>& pending) {
+  for (int32_t t : members) {
     const Tree& tree = trees[t];
     const int32_t n_nodes = int32_t(tree.nodes.size());
     std::vector<bool> has_child(n_nodes, false), taken(n_nodes, false);
@@ -128,9 +129,9 @@ NodeResult compose(const Tree& tree, const PendingReadout& r, const ReadoutLogit
   return out;
 }
 
-// Stream rows a tree adds to a round (the packing estimate): its nodes once when forked, its
-// root-to-leaf paths when independent.
-int64_t tree_tokens(const Tree& tree, ExecMode mode) {
+}  // namespace
+
+int64_t stream_tokens(const Tree& tree, ExecMode mode) {
   int64_t total = 0;
   if (mode == ExecMode::ExecMode_fork) {
     for (const TreeNode& node : tree.nodes) total += int64_t(node.tokens.size());
@@ -144,8 +145,6 @@ int64_t tree_tokens(const Tree& tree, ExecMode mode) {
     if (!has_child[n]) total += paths[n];
   return total;
 }
-
-}  // namespace
 
 std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode mode,
                                       RunStats* stats) {
@@ -161,7 +160,7 @@ std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode m
     return results;
   }
   std::vector<int64_t> tokens;
-  for (const Tree& tree : trees) tokens.push_back(tree_tokens(tree, mode));
+  for (const Tree& tree : trees) tokens.push_back(stream_tokens(tree, mode));
   for (const std::vector<int32_t>& members : pack_rounds(tokens, policy_.max_round_tokens))
     run_round(trees, members, mode, results, stats);
   return results;
@@ -170,14 +169,12 @@ std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode m
 void Executor::run_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members,
                          ExecMode mode, std::vector<TreeResult>& results, RunStats* stats) {
   const int64_t vocab = model_.info().vocab_size;
-  std::vector<Tree> round;
-  for (int32_t t : members) round.push_back(trees[t]);
   StreamAssembler sa;
   std::vector<PendingReadout> pending;
   if (mode == ExecMode::ExecMode_fork)
-    forked_round(round, sa, pending);
+    forked_round(trees, members, sa, pending);
   else
-    independent_round(round, sa, pending);
+    independent_round(trees, members, sa, pending);
   if (pending.empty()) return;
 
   Stream stream = sa.finish();
@@ -194,7 +191,7 @@ void Executor::run_round(const std::vector<Tree>& trees, const std::vector<int32
   std::vector<double> lse_cache(size_t(stream.n_full_out),
                                 std::numeric_limits<double>::quiet_NaN());
   for (const PendingReadout& r : pending)
-    results[members[r.tree]].nodes[r.node] = compose(round[r.tree], r, logits, vocab, lse_cache);
+    results[r.tree].nodes[r.node] = compose(trees[r.tree], r, logits, vocab, lse_cache);
 }
 
 }  // namespace flide

@@ -13,6 +13,10 @@ namespace flide {
 
 enum class ExecMode : uint8_t { ExecMode_fork, ExecMode_independent };
 
+// Stream rows a tree adds to a round (the packing estimate): its nodes once when forked, its
+// root-to-leaf paths when independent.
+int64_t stream_tokens(const Tree& tree, ExecMode mode);
+
 // How trees become rounds (the scheduler's knobs).
 struct RoundPolicy {
   // Trees are packed in order into rounds of at most this many stream rows, split at tree

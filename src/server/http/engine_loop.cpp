@@ -24,10 +24,6 @@ ApiError server_error(const std::string& message) {
 
 }  // namespace
 
-int64_t request_tokens(const PreparedRequest& request, ExecMode mode) {
-  return mode == ExecMode::ExecMode_fork ? request.input_tokens : request.rendered_tokens;
-}
-
 EngineLoop::EngineLoop(Model& model, EngineOptions options, Metrics& metrics)
     : executor_(model, options.policy), options_(options), metrics_(metrics) {
   FLIDE_CHECK(options_.max_queue >= 1 && options_.round_tokens >= 1);
@@ -103,7 +99,7 @@ std::vector<EngineLoop::Job> EngineLoop::next_round() {
         waiting_.pop_front();
         continue;
       }
-      const int64_t cost = request_tokens(job.request, options_.mode);
+      const int64_t cost = stream_tokens(job.request.tree, options_.mode);
       if (!round.empty() && tokens + cost > options_.round_tokens) break;
       tokens += cost;
       metrics_.queue_wait(seconds_since(job.admitted));

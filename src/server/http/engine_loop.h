@@ -34,10 +34,6 @@ struct EngineOptions {
   RoundPolicy policy;
 };
 
-// The token rows `request` costs in `mode`: fork computes its trunk once, independent every
-// question's whole prompt.
-int64_t request_tokens(const PreparedRequest& request, ExecMode mode);
-
 class EngineLoop {
  public:
   // `model` must outlive the loop; the engine thread is its only user.
