@@ -46,11 +46,14 @@ void validate_question(size_t index, const DecisionQuestion& q) {
 // encode_appended makes that cheap: the prompt ends in an added token plus "\n\n".
 std::vector<int32_t> label_ids(const Tokenizer& tokenizer, size_t index, const std::string& prompt,
                                size_t n_options) {
+  std::vector<std::string> letters;
+  for (size_t i = 0; i < n_options; ++i) letters.emplace_back(1, option_label(int(i)));
+  const auto appended = tokenizer.encode_appended(prompt, letters);
   std::vector<int32_t> ids;
   std::unordered_set<int32_t> seen;
   for (size_t i = 0; i < n_options; ++i) {
-    const char letter = option_label(int(i));
-    const auto added = tokenizer.encode_appended(prompt, std::string_view(&letter, 1));
+    const char letter = letters[i][0];
+    const std::optional<std::vector<int32_t>>& added = appended[i];
     if (!added || added->size() != 1)
       throw Error(cat("question ", index, ": option letter '", letter,
                       "' is not a single token when appended to the prompt"));

@@ -18,30 +18,36 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-std::optional<std::vector<int32_t>> Tokenizer::encode_appended(std::string_view text,
-                                                               std::string_view suffix) const {
-  const std::string whole = cat(text, suffix);
-  // k: where text's last raw added token ends; the appended text must cut at k too, with the
-  // same pieces before it, for both encodings to share the ids of text[0, k).
+std::vector<std::optional<std::vector<int32_t>>> Tokenizer::encode_appended(
+    std::string_view text, const std::vector<std::string>& suffixes) const {
+  // k: where text's last raw added token ends; text + suffix must cut at k too, with the same
+  // pieces before it, for both encodings to share the ids of text[0, k).
   const auto text_pieces = impl_->added.split(text, /*normalized=*/false);
-  const auto whole_pieces = impl_->added.split(whole, /*normalized=*/false);
   size_t k = 0, shared = 0;
   for (size_t i = 0; i < text_pieces.size(); ++i)
     if (text_pieces[i].id >= 0) {
       k = text_pieces[i].end;
       shared = i + 1;
     }
-  if (whole_pieces.size() < shared) return std::nullopt;
-  for (size_t i = 0; i < shared; ++i) {
-    const auto &a = text_pieces[i], &b = whole_pieces[i];
-    if (a.begin != b.begin || a.end != b.end || a.id != b.id) return std::nullopt;
-  }
   const std::vector<int32_t> tail = encode(text.substr(k));
-  std::vector<int32_t> extended = encode(std::string_view(whole).substr(k));
-  if (extended.size() < tail.size() || !std::equal(tail.begin(), tail.end(), extended.begin()))
-    return std::nullopt;
-  extended.erase(extended.begin(), extended.begin() + std::ptrdiff_t(tail.size()));
-  return extended;
+
+  std::vector<std::optional<std::vector<int32_t>>> added;
+  for (const std::string& suffix : suffixes) {
+    std::optional<std::vector<int32_t>>& out = added.emplace_back();
+    const std::string whole = cat(text, suffix);
+    const auto whole_pieces = impl_->added.split(whole, /*normalized=*/false);
+    if (whole_pieces.size() < shared ||
+        !std::equal(text_pieces.begin(), text_pieces.begin() + std::ptrdiff_t(shared),
+                    whole_pieces.begin(), [](const auto& a, const auto& b) {
+                      return a.begin == b.begin && a.end == b.end && a.id == b.id;
+                    }))
+      continue;
+    std::vector<int32_t> extended = encode(std::string_view(whole).substr(k));
+    if (extended.size() < tail.size() || !std::equal(tail.begin(), tail.end(), extended.begin()))
+      continue;
+    out.emplace(extended.begin() + std::ptrdiff_t(tail.size()), extended.end());
+  }
+  return added;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

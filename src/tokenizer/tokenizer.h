@@ -21,13 +21,14 @@ class Tokenizer {
 
   // No BOS/EOS added. Error if `text` is not valid UTF-8 (HF only takes valid strings).
   std::vector<int32_t> encode(std::string_view text) const;
-  // The ids `suffix` adds when appended to `text`: encode(text + suffix) == encode(text) ++
-  // result. Nothing when appending changes text's own ids, or moves one of text's added-token
-  // boundaries (callers take both as a change). Cheap for chat prompts: encode works on the
-  // pieces between raw added tokens independently, so only the text after text's last added
-  // token is tokenized (the whole text when it has none).
-  std::optional<std::vector<int32_t>> encode_appended(std::string_view text,
-                                                      std::string_view suffix) const;
+  // For each suffix, the ids it adds when appended to `text`: encode(text + suffix) ==
+  // encode(text) ++ result. Nothing when appending changes text's own ids, or moves one of
+  // text's added-token boundaries (callers take both as a change). Cheap for chat prompts:
+  // encode works on the pieces between raw added tokens independently, so only the text after
+  // text's last added token is tokenized (the whole text when it has none), once for all
+  // suffixes.
+  std::vector<std::optional<std::vector<int32_t>>> encode_appended(
+      std::string_view text, const std::vector<std::string>& suffixes) const;
   // Raw bytes: ids cut mid-character end in a partial UTF-8 sequence (HF would show U+FFFD).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::optional<int32_t> token_id(std::string_view token) const;  // vocab or added token
