@@ -449,12 +449,16 @@ cudaError_t launch(const Params& p, unsigned grid, cudaStream_t stream) {
 
 }  // namespace
 
-size_t attention_plan_bytes(int64_t R, int32_t n_nodes) {
-  const int64_t rows = std::max<int64_t>(R, 0);
+int64_t attention_max_tiles(int64_t R, int32_t n_nodes) {
   // Tiles per group <= rows / kTileRows + 1, and groups <= n_nodes (a root's own group maps to
   // the root, a children's group to one of its children).
-  const int64_t tiles = (rows + kTileRows - 1) / kTileRows + std::max<int32_t>(n_nodes, 0);
-  return sizeof(int32_t) * size_t(kHeaderWords + kTileWords * tiles + kRowWords * rows);
+  return (std::max<int64_t>(R, 0) + kTileRows - 1) / kTileRows + std::max<int32_t>(n_nodes, 0);
+}
+
+size_t attention_plan_bytes(int64_t R, int32_t n_nodes) {
+  const int64_t rows = std::max<int64_t>(R, 0);
+  return sizeof(int32_t) *
+         size_t(kHeaderWords + kTileWords * attention_max_tiles(R, n_nodes) + kRowWords * rows);
 }
 
 size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t R, void* plan,

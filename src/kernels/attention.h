@@ -29,14 +29,16 @@ struct HostTree {
   int32_t n_tokens;
 };
 
-// Upper bound of a plan's size for R query rows over a tree of n_nodes nodes.
+// Upper bound of a plan's tile count, and of its size, for R query rows over a tree of n_nodes
+// nodes.
+int64_t attention_max_tiles(int64_t R, int32_t n_nodes);
 size_t attention_plan_bytes(int64_t R, int32_t n_nodes);
 
 // Writes the plan for query rows (q_rows ? q_rows[r] : r), r < R (host arrays), into `plan`
 // (attention_plan_bytes(R, n_nodes) bytes of host memory); returns the bytes used and sets
 // *n_tiles to the number of work tiles (the launch's grid depends on it). Returns 0 (and
 // *n_tiles = 0) on inconsistent input: a row or node out of range, a row outside its node's span,
-// a parent cycle. Tiles never exceed ceil(R / 64) + n_nodes. Plan layout: attention.cu.
+// a parent cycle. Tiles never exceed attention_max_tiles(R, n_nodes). Plan layout: attention.cu.
 size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t R, void* plan,
                             int32_t* n_tiles);
 
@@ -46,8 +48,8 @@ size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t
 // The plan carries each row's stream row, so q_rows is not read on the device. The ancestors'
 // spans come from meta.path_begin / path_nodes / node_offset / node_length, which must describe
 // the tree the plan was built from. n_tiles may be any upper bound of the plan's tile count (e.g.
-// ceil(R / 64) + n_nodes for a fixed launch shape under graph capture): CTAs past the plan's
-// count return at once. A row's result depends only on its own path (see attention.cu).
+// attention_max_tiles(R, n_nodes) for a fixed launch shape under graph capture): CTAs past the
+// plan's count return at once. A row's result depends only on its own path (see attention.cu).
 cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,

@@ -40,14 +40,13 @@ void CudaOps::set_stream(const Stream& s) {
   // Ancestor paths (root first, the node last) and the grid bounds of this round.
   std::vector<int32_t> path_begin, path_nodes;
   ancestor_paths(s, path_begin, path_nodes);
-  int32_t max_level_nodes = 0, max_node_length = 0;
-  for (int32_t n = 0; n < N; ++n) max_node_length = std::max(max_node_length, s.nodes[n].length);
-  for (int32_t l = 0; l < L; ++l)
-    max_level_nodes = std::max(max_level_nodes, s.level_begin[l + 1] - s.level_begin[l]);
   const int64_t path_cap = padded ? int64_t(N_cap) * L : int64_t(path_nodes.size());
-  if (padded) {
-    max_level_nodes = N_cap;
-    max_node_length = T;
+  int32_t max_level_nodes = N_cap, max_node_length = T;
+  if (!padded) {  // the round's own bounds
+    max_level_nodes = max_node_length = 0;
+    for (int32_t n = 0; n < N; ++n) max_node_length = std::max(max_node_length, s.nodes[n].length);
+    for (int32_t l = 0; l < L; ++l)
+      max_level_nodes = std::max(max_level_nodes, s.level_begin[l + 1] - s.level_begin[l]);
   }
 
   // Layout of the one buffer: int32 arrays, then the plans, each piece 256-byte aligned.
@@ -123,14 +122,14 @@ void CudaOps::set_stream(const Stream& s) {
         kernels::build_attention_plan(tree, nullptr, real_all, host + o_plan_all, &tiles_all_);
     FLIDE_CHECK(used > 0 && used <= plan_all_cap, "attention plan (all rows) out of bounds");
     copy_bytes = o_plan_all + used;
-    if (padded) tiles_all_ = int32_t((T + 63) / 64 + N_cap);
+    if (padded) tiles_all_ = int32_t(kernels::attention_max_tiles(T, N_cap));
   }
   if (R > 0) {
     const size_t used = kernels::build_attention_plan(tree, at(o_out_rows), real_out,
                                                       host + o_plan_out, &tiles_out_);
     FLIDE_CHECK(used > 0 && used <= plan_out_cap, "attention plan (out rows) out of bounds");
     copy_bytes = o_plan_out + used;
-    if (padded) tiles_out_ = int32_t((R + 63) / 64 + N_cap);
+    if (padded) tiles_out_ = int32_t(kernels::attention_max_tiles(R, N_cap));
   }
   if (copy_bytes > 0)
     cuda_check(cudaMemcpyAsync(meta_dev_, meta_host_, copy_bytes, cudaMemcpyHostToDevice, stream_),
