@@ -67,29 +67,28 @@ void CudaOps::graph_round_begin(const Stream& s) {
                      int32_t(s.select_ids.size())};
   RoundGraph& g = graphs_cache_[key];
   if (graphs_ && !profiling_) {
-    op_hash_ = kFingerprintSeed;
-    op_count_ = 0;
-    graph_ = &g;
-    if (g.exec && g.epoch == memory_epoch_) {
-      cuda_check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
-      graph_mode_ = GraphMode::GraphMode_replay;
-      ++graph_stats_.replayed;
-      return;
-    }
-    if (g.exec) {  // its addresses are stale
+    if (g.exec && g.epoch != memory_epoch_) {  // its addresses are stale
       cuda_check(cudaGraphExecDestroy(g.exec), "cudaGraphExecDestroy");
       g.exec = nullptr;
     }
-    if (g.seen) {  // arenas, workspaces and GEMM plans already have this bucket's sizes
+    if (g.exec) {
+      cuda_check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
+      graph_mode_ = GraphMode::GraphMode_replay;
+      ++graph_stats_.replayed;
+    } else if (g.seen) {  // arenas, workspaces and GEMM plans already have this bucket's sizes
       // Relaxed: the ops' host-side calls (cudaFuncSetAttribute, cuBLASLt's heuristics) stay
       // legal during the capture.
       cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
                  "cudaStreamBeginCapture");
       graph_mode_ = GraphMode::GraphMode_capture;
       ++graph_stats_.captured;
+    }
+    if (graph_mode_ != GraphMode::GraphMode_eager) {
+      graph_ = &g;
+      op_hash_ = kFingerprintSeed;
+      op_count_ = 0;
       return;
     }
-    graph_ = nullptr;
   }
   g.seen = true;
   ++graph_stats_.eager;
