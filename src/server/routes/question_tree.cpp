@@ -1,6 +1,7 @@
 #include "server/routes/question_tree.h"
 
 #include "core/error.h"
+#include "engine/executor.h"
 #include "server/routes/budgets.h"
 
 namespace flide::server {
@@ -25,7 +26,7 @@ PreparedRequest prepare_tree(const RouteContext& ctx, Route route, const std::st
   const std::vector<int64_t> prompt_tokens(paths_tokens.begin() + 1, paths_tokens.end());
   check_prompt_tokens(prompt_tokens, paths, ctx.limits, route);
 
-  for (const TreeNode& node : out.tree.nodes) out.input_tokens += int64_t(node.tokens.size());
+  out.input_tokens = stream_tokens(out.tree, ExecMode::ExecMode_fork);  // shared prefix once
   out.trunk_tokens = int64_t(out.tree.nodes[0].tokens.size());
   for (int64_t n : prompt_tokens) out.rendered_tokens += n;
   out.n_questions = int64_t(questions.size());
