@@ -4,17 +4,18 @@
 // meta.level_begin on the device; launch shapes depend only on meta's sizes (n_tokens,
 // max_level_nodes) and the device's SM count, so a call can be graph-captured.
 //
-// gdn_chunked runs three kernels on `stream` (spec qwen3_5.md §4.1, fla's decomposition):
+// gdn_chunked runs four kernels on `stream` (spec qwen3_5.md §4.1, fla's decomposition):
 //   plan    one block lists the level's chunks (node, first row); chunks start at each node's
 //           first row and the last one of a node may be short, exactly as the CPU reference;
 //   prepare one block per (chunk, value head), all in parallel: in-chunk cumulative gamma,
 //           T = (I + A)^-1 (A = strictly lower beta_i (k_i.k_j) exp(gamma_i - gamma_j)),
 //           W = T (beta exp(gamma) K), U = T (beta V), P = (q_i.k_j) Dk^-1/2 exp(gamma_i -
 //           gamma_j) (j <= i), stored in fp32 to the workspace;
-//   main    one block per (node, value head, 32 value columns): walks the node's chunks in
+//   state   one block per (node, value head, 32 value columns): walks the node's chunks in
 //           order with its slice of the state in registers: v_new = U - W S,
-//           o = Dk^-1/2 exp(gamma) (q S) + P v_new, S = exp(gamma_last) S +
-//           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T.
+//           O = Dk^-1/2 exp(gamma) (q S), S = exp(gamma_last) S +
+//           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential;
+//   output  one block per (chunk, value head), all in parallel: out = O + P v_new.
 // Products run on tensor cores as tf32 (mma.sync m16n8k8) with fp32 accumulation: q and k are
 // bf16, hence exact in tf32; W, U, P, the state and v_new are rounded to tf32 (2^-11) as
 // operands only, the state itself accumulates in fp32. No atomics: results are deterministic
@@ -40,9 +41,9 @@ cudaError_t causal_conv_silu(const __nv_bfloat16* x, const __nv_bfloat16* w, __n
 
 // Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
 // meta.n_tokens it is called with): fp32 W [Hv][T][Dk], U [Hv][T][Dv], P [Hv][T][64],
-// gamma [Hv][T] and the chunk list, i.e. about 4 * Hv * T * (Dk + Dv + 65) bytes (129 MB for
-// Hv = 16, Dk = Dv = 128, T = 6260). Nothing in it outlives a call, so every GDN layer (and
-// every level) can share one buffer as long as the calls are ordered on one stream.
+// O [Hv][T][Dv], gamma [Hv][T] and the chunk list, i.e. about 4 * Hv * T * (Dk + 2 Dv + 65)
+// bytes (180 MB for Hv = 16, Dk = Dv = 128, T = 6260). Nothing in it outlives a call, so every GDN
+// layer (and every level) can share one buffer as long as the calls are ordered on one stream.
 size_t gdn_workspace_bytes(int64_t T, int heads_v, int dim_k, int dim_v);
 
 // q, k [T, Hk*Dk] bf16 (L2-normed; q is scaled by Dk^-1/2 inside), v [T, Hv*Dv] bf16,

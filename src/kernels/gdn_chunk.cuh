@@ -1,0 +1,237 @@
+// Shared by the chunked delta rule's kernels (gdn_prepare.cu, gdn_state.cu, gdn_output.cu) and
+// their launcher (gdn_chunk.cu): tensor-core fragment helpers, asynchronous tile copies, the
+// head-dim shapes and the workspace the kernels hand results through.
+//
+// Tensor cores: mma.sync.m16n8k8 tf32 with fp32 accumulation. Fragment layout (PTX ISA), lane =
+// 4 g + t: A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8x8, k x n) b0 (t, g),
+// b1 (t+4, g); C (16x8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1). Shared-memory
+// leading dimensions are padded so that every fragment load is free of bank conflicts for
+// Dk = Dv = 128. Small head dims (test checkpoints) pad to whole tiles with zeros.
+//
+// fp32 operands that are only ever read by tensor cores (W, P, the state as an operand, v_new) are
+// stored already rounded to tf32 (cvt.rna, as the mma operand would be rounded), so the hot loops
+// load them without converting and the results keep the same bits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/tree_meta.h"
+
+namespace flide::kernels::gdn_detail {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kChunk = 64;  // HF chunk_size
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+
+// ---------------------------------------------------------------------------------------------
+// Rounding and tensor-core fragments
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float round_tf32(float x) {
+  return __uint_as_float(to_tf32(x));
+}
+// bf16 has 8 significant bits: its fp32 widening is already a tf32 value.
+__device__ __forceinline__ uint32_t bf16_tf32(bf16 h) {
+  return uint32_t(__bfloat16_as_ushort(h)) << 16;
+}
+
+// d += a b
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A fragment of a row-major [m][k] fp32 tile; p = &A[m0][k0].
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const float* p, int ld, int g, int t) {
+  a[0] = to_tf32(p[g * ld + t]);
+  a[1] = to_tf32(p[(g + 8) * ld + t]);
+  a[2] = to_tf32(p[g * ld + t + 4]);
+  a[3] = to_tf32(p[(g + 8) * ld + t + 4]);
+}
+// The same of a tile already rounded to tf32, in one ldmatrix: its four 8x8 b16 matrices are
+// 8 rows x 4 words, and ldmatrix hands lane 4 g + t word t of row g, the tf32 A layout. p must be
+// 16-byte aligned and ld a multiple of 4.
+__device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, int ld, int lane) {
+  const float* row = p + ((lane >> 3) & 1) * 8 * ld + (lane & 7) * ld + (lane >> 4) * 4;
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(s));
+}
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* p, int ld, int g, int t) {
+  a[0] = bf16_tf32(p[g * ld + t]);
+  a[1] = bf16_tf32(p[(g + 8) * ld + t]);
+  a[2] = bf16_tf32(p[g * ld + t + 4]);
+  a[3] = bf16_tf32(p[(g + 8) * ld + t + 4]);
+}
+// A fragment of the transpose of a row-major [k][m] tile: A(m, k) = X[k][m]; p = &X[k0][m0].
+__device__ __forceinline__ void frag_a_t(uint32_t (&a)[4], const bf16* p, int ld, int g, int t) {
+  a[0] = bf16_tf32(p[t * ld + g]);
+  a[1] = bf16_tf32(p[t * ld + g + 8]);
+  a[2] = bf16_tf32(p[(t + 4) * ld + g]);
+  a[3] = bf16_tf32(p[(t + 4) * ld + g + 8]);
+}
+// Four 8x8 b16 matrices, transposed on the way: register i holds, from the matrix whose rows
+// lanes 8 i .. 8 i + 7 address, the elements (row 2 (lane % 4) and the next, column lane / 4),
+// packed low then high.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* row) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+// The tf32 values of the low and high bf16 of a packed pair.
+__device__ __forceinline__ uint32_t bf16_lo_tf32(uint32_t pair) {
+  return pair << 16;
+}
+__device__ __forceinline__ uint32_t bf16_hi_tf32(uint32_t pair) {
+  return pair & 0xffff0000u;
+}
+// B fragment of a row-major [k][n] fp32 tile; p = &B[k0][n0].
+__device__ __forceinline__ void frag_b(uint32_t (&b)[2], const float* p, int ld, int g, int t) {
+  b[0] = to_tf32(p[t * ld + g]);
+  b[1] = to_tf32(p[(t + 4) * ld + g]);
+}
+// The same of a tile already rounded to tf32.
+__device__ __forceinline__ void frag_b_tf32(uint32_t (&b)[2], const float* p, int ld, int g,
+                                            int t) {
+  b[0] = __float_as_uint(p[t * ld + g]);
+  b[1] = __float_as_uint(p[(t + 4) * ld + g]);
+}
+// Row k0 + t scaled by s0 and row k0 + t + 4 by s1.
+__device__ __forceinline__ void frag_b(uint32_t (&b)[2], const bf16* p, int ld, int g, int t,
+                                       float s0, float s1) {
+  b[0] = to_tf32(__bfloat162float(p[t * ld + g]) * s0);
+  b[1] = to_tf32(__bfloat162float(p[(t + 4) * ld + g]) * s1);
+}
+// B fragment of the transpose of a row-major [n][k] tile: B(k, n) = X[n][k]; p = &X[n0][k0].
+__device__ __forceinline__ void frag_b_t(uint32_t (&b)[2], const bf16* p, int ld, int g, int t) {
+  b[0] = bf16_tf32(p[g * ld + t]);
+  b[1] = bf16_tf32(p[g * ld + t + 4]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous tile copies
+
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(kBytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+template <int kBytes>
+__device__ __forceinline__ void zero_bytes(void* p) {
+  if constexpr (kBytes == 16)
+    *static_cast<uint4*>(p) = make_uint4(0u, 0u, 0u, 0u);
+  else if constexpr (kBytes == 8)
+    *static_cast<uint2*>(p) = make_uint2(0u, 0u);
+  else
+    *static_cast<uint32_t*>(p) = 0u;
+}
+
+// dst [kChunk][kLd] <- src rows r < nrows (row stride src_ld), columns c < cols, asynchronously;
+// every other element of the first kCols columns is set to zero. cols % kVec == 0.
+template <typename T, int kVec, int kCols, int kLd>
+__device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t src_ld, int nrows,
+                                          int cols) {
+  static_assert(kCols % kVec == 0, "whole vectors");
+  constexpr int kVecs = kCols / kVec;
+  constexpr int kBytes = kVec * int(sizeof(T));
+  for (int i = threadIdx.x; i < kChunk * kVecs; i += kThreads) {
+    const int r = i / kVecs, c = (i % kVecs) * kVec;
+    T* d = dst + r * kLd + c;
+    if (r < nrows && c < cols)
+      cp_async<kBytes>(d, src + r * src_ld + c);
+    else
+      zero_bytes<kBytes>(d);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes, workspace, launch arguments
+
+template <int DK, int DV>
+struct Dims {
+  static_assert(DK % 4 == 0 && DV % 4 == 0, "head dims are multiples of 4");
+  static constexpr int kKp = (DK + 15) / 16 * 16;    // key dim padded to whole m16 tiles
+  static constexpr int kVp = (DV + 7) / 8 * 8;       // value dim padded to whole n8 tiles
+  static constexpr int kVecK = DK % 8 == 0 ? 8 : 4;  // bf16 elements per async copy
+  static constexpr int kVecV = DV % 8 == 0 ? 8 : 4;
+  // Leading dimensions (elements). fp32 A tiles: ld = 4 mod 32 words; fp32 B tiles:
+  // ld = 8 mod 32 (or 24) words; bf16 tiles: ld / 2 = 4 mod 32 words.
+  static constexpr int kLdH = kKp + 8;     // bf16 q, k rows
+  static constexpr int kLdV = kVp + 8;     // bf16 v rows; fp32 v_new rows (output)
+  static constexpr int kLdW = kKp + 4;     // fp32 W rows
+  static constexpr int kLdC = kChunk + 4;  // fp32 rows of 64: L, T, Y (prepare), P
+};
+
+// Device scratch, carved identically by gdn_workspace_bytes and the launcher. Rows are indexed
+// by value head and stream row, so chunks of different nodes never share one.
+struct Workspace {
+  float* W;      // [Hv][T][Dk] T (beta exp(gamma) K), tf32-rounded
+  float* U;      // [Hv][T][Dv] T (beta V); the state kernel replaces it by v_new (tf32-rounded)
+  float* P;      // [Hv][T][64] row i of a chunk against its rows j (0 for j > i), tf32-rounded
+  float* O;      // [Hv][T][Dv] Dk^-1/2 exp(gamma) (q S): the inter-chunk part of the output
+  float* gam;    // [Hv][T] in-chunk cumulative g
+  int2* chunks;  // [0].x: number of chunks of the level; [1 + c]: (node, first row in node)
+};
+
+struct GdnArgs {
+  const bf16* q;  // [T, Hk*Dk]
+  const bf16* k;  // [T, Hk*Dk]
+  const bf16* v;  // [T, Hv*Dv]
+  const float* g;
+  const float* beta;
+  float* state;  // [slots, Hv*Dk*Dv]
+  bf16* out;     // [T, Hv*Dv]
+  Workspace ws;
+  int heads_k, heads_v, level;
+  float scale;  // Dk^-1/2
+  int sms;      // the device's SM count (grid sizing)
+  TreeMeta meta;
+  cudaStream_t stream;
+};
+
+// Upper bound of a level's chunks: T / 64 + one short chunk per node.
+inline int64_t max_level_chunks(const TreeMeta& meta) {
+  return (int64_t(meta.n_tokens) + kChunk - 1) / kChunk + meta.max_level_nodes;
+}
+
+// One per kernel file; each instantiates them for every shape of FLIDE_GDN_SHAPES.
+cudaError_t launch_plan(const GdnArgs& a);
+template <int DK, int DV>
+cudaError_t launch_prepare(const GdnArgs& a);
+template <int DK, int DV>
+cudaError_t launch_state(const GdnArgs& a);
+template <int DK, int DV>
+cudaError_t launch_output(const GdnArgs& a);
+
+// The head dims the kernels are built for: the real models' 128 x 128 and small test shapes.
+#define FLIDE_GDN_SMALL_DV(X, DK) X(DK, 8) X(DK, 12) X(DK, 16) X(DK, 24)
+#define FLIDE_GDN_SHAPES(X) \
+  FLIDE_GDN_SMALL_DV(X, 8)  \
+  FLIDE_GDN_SMALL_DV(X, 12) FLIDE_GDN_SMALL_DV(X, 16) FLIDE_GDN_SMALL_DV(X, 24) X(128, 128)
+
+}  // namespace flide::kernels::gdn_detail
