@@ -54,16 +54,9 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// A fragment of a row-major [m][k] fp32 tile; p = &A[m0][k0].
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const float* p, int ld, int g, int t) {
-  a[0] = to_tf32(p[g * ld + t]);
-  a[1] = to_tf32(p[(g + 8) * ld + t]);
-  a[2] = to_tf32(p[g * ld + t + 4]);
-  a[3] = to_tf32(p[(g + 8) * ld + t + 4]);
-}
-// The same of a tile already rounded to tf32, in one ldmatrix: its four 8x8 b16 matrices are
-// 8 rows x 4 words, and ldmatrix hands lane 4 g + t word t of row g, the tf32 A layout. p must be
-// 16-byte aligned and ld a multiple of 4.
+// A fragment of a row-major [m][k] fp32 tile already rounded to tf32 (p = &A[m0][k0]), in one
+// ldmatrix: its four 8x8 b16 matrices are 8 rows x 4 words, and ldmatrix hands lane 4 g + t word
+// t of row g, the tf32 A layout. p must be 16-byte aligned and ld a multiple of 4.
 __device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, int ld, int lane) {
   const float* row = p + ((lane >> 3) & 1) * 8 * ld + (lane & 7) * ld + (lane >> 4) * 4;
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
@@ -71,6 +64,7 @@ __device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, in
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                : "r"(s));
 }
+// A fragment of a row-major [m][k] bf16 tile; p = &A[m0][k0].
 __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* p, int ld, int g, int t) {
   a[0] = bf16_tf32(p[g * ld + t]);
   a[1] = bf16_tf32(p[(g + 8) * ld + t]);
@@ -84,43 +78,11 @@ __device__ __forceinline__ void frag_a_t(uint32_t (&a)[4], const bf16* p, int ld
   a[2] = bf16_tf32(p[(t + 4) * ld + g]);
   a[3] = bf16_tf32(p[(t + 4) * ld + g + 8]);
 }
-// Four 8x8 b16 matrices, transposed on the way: register i holds, from the matrix whose rows
-// lanes 8 i .. 8 i + 7 address, the elements (row 2 (lane % 4) and the next, column lane / 4),
-// packed low then high.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* row) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-// The tf32 values of the low and high bf16 of a packed pair.
-__device__ __forceinline__ uint32_t bf16_lo_tf32(uint32_t pair) {
-  return pair << 16;
-}
-__device__ __forceinline__ uint32_t bf16_hi_tf32(uint32_t pair) {
-  return pair & 0xffff0000u;
-}
-// B fragment of a row-major [k][n] fp32 tile; p = &B[k0][n0].
-__device__ __forceinline__ void frag_b(uint32_t (&b)[2], const float* p, int ld, int g, int t) {
-  b[0] = to_tf32(p[t * ld + g]);
-  b[1] = to_tf32(p[(t + 4) * ld + g]);
-}
-// The same of a tile already rounded to tf32.
+// B fragment of a row-major [k][n] fp32 tile already rounded to tf32; p = &B[k0][n0].
 __device__ __forceinline__ void frag_b_tf32(uint32_t (&b)[2], const float* p, int ld, int g,
                                             int t) {
   b[0] = __float_as_uint(p[t * ld + g]);
   b[1] = __float_as_uint(p[(t + 4) * ld + g]);
-}
-// Row k0 + t scaled by s0 and row k0 + t + 4 by s1.
-__device__ __forceinline__ void frag_b(uint32_t (&b)[2], const bf16* p, int ld, int g, int t,
-                                       float s0, float s1) {
-  b[0] = to_tf32(__bfloat162float(p[t * ld + g]) * s0);
-  b[1] = to_tf32(__bfloat162float(p[(t + 4) * ld + g]) * s1);
-}
-// B fragment of the transpose of a row-major [n][k] tile: B(k, n) = X[n][k]; p = &X[n0][k0].
-__device__ __forceinline__ void frag_b_t(uint32_t (&b)[2], const bf16* p, int ld, int g, int t) {
-  b[0] = bf16_tf32(p[g * ld + t]);
-  b[1] = bf16_tf32(p[g * ld + t + 4]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,14 +1,38 @@
-// The chunked delta rule's state-free half (gdn.h): "plan" lists a level's
-// chunks, "prepare" computes everything a chunk needs that does not depend on
-// the state, one block per (chunk, value head), all in parallel. The prepare
-// kernel's 64x64 triangular inverse is done blockwise (16x16 diagonal blocks by
-// forward substitution, then the off-diagonal blocks by small products), and
-// its four products (K K^T, Q K^T, T K, T V) use tensor cores.
+// The chunked delta rule's state-free half (gdn.h): "plan" lists a level's chunks, "prepare"
+// computes everything a chunk needs that does not depend on the state, one block per (chunk,
+// value head) item, all in parallel.
 //
-// Chunk rows past a node's end (its last chunk may be short) are zeros in
-// shared memory (k, q, v, beta, g): they change neither the real rows' outputs
-// nor the state, like HF's padding. Those rows are never written back:
-// workspace rows are indexed by stream row.
+// Prepare, per item, in phases separated by barriers (warps 0-1 carry the serial part, the
+// triangular inverse, while warps 2-7 do independent work):
+//   B  all warps: L = -(beta_i k_i.k_j exp(gamma_i - gamma_j)) for j < i, only on the ten 16x16
+//      blocks on and below the diagonal;
+//   C  warps 0-1: T = (I - L)^-1 blockwise: the diagonal 16x16 blocks by forward substitution
+//      (one column per lane, in registers), then T_ba = T_bb L_ba T_aa for the blocks (1, 0) and
+//      (3, 2), then T[32:64, 0:32] = T_hi L[32:64, 0:32] T_lo (hi, lo: the diagonal 32x32 halves);
+//      warps 2-7: P = scale q_i.k_j exp(gamma_i - gamma_j) (j <= i) to the workspace;
+//   E  all warps: W = T (beta exp(gamma) K), U = T (beta V), each warp an eighth of the columns of
+//      both over all 64 rows (the B fragments are built once), skipping T's zero blocks.
+// Products run on tensor cores: K K^T and Q K^T as bf16 m16n8k16 (exact products of bf16 inputs,
+// fp32 accumulation, like the tf32 form), the rest as tf32 m16n8k8. The forward substitution is
+// fp32, in the CPU's order, on L kept unrounded; the off-diagonal blocks of T are products of
+// tf32-rounded operands (2^-11 relative, the rounding T gets anyway as the operand of W and U)
+// accumulated in fp32.
+//
+// T is kept rounded to tf32 in shared memory with the columns of every 8-column group in the
+// order 0 2 4 6 1 3 5 7: ldmatrix then hands a lane the columns (2t, 2t+1) of a row as its A
+// fragment's k pair (t, t + 4), which lets every product with T take its B fragment as row pairs
+// (2t, 2t+1): K and V straight from ldmatrix.trans, and an accumulator tile reused as an A
+// fragment in registers (its lane holds columns 2t, 2t+1 of its rows). Products whose B is T
+// come out in T's column order and are stored as they are.
+//
+// Shared memory is five equal slots: Q, and a ring of four that are K, L, T and V in turn, so
+// that the next item's K and Q (and g, beta) load while this one computes W and U: Q's slot frees
+// after P, L's after the inverse (the next K goes there), V loads after the item's first barrier
+// into the slot the previous item's K left.
+//
+// Chunk rows past a node's end (its last chunk may be short) are zeros in shared memory (k, q, v,
+// beta, g): they change neither the real rows' outputs nor the state, like HF's padding. Those
+// rows are never written back: workspace rows are indexed by stream row.
 #include <algorithm>
 
 #include "kernels/gdn_chunk.cuh"
@@ -19,317 +43,518 @@ namespace {
 constexpr int kPlanThreads = 1024;
 
 // Shared-memory layout of the prepare kernel (bytes).
-template <int DK, int DV> struct PrepCfg : Dims<DK, DV> {
+template <int DK, int DV>
+struct PrepCfg : Dims<DK, DV> {
   using D = Dims<DK, DV>;
-  static constexpr int kPrepK = 0;
-  static constexpr int kPrepQ = kPrepK + kChunk * D::kLdH * 2;
-  static constexpr int kPrepV = kPrepQ + kChunk * D::kLdH * 2;
-  static constexpr int kPrepL = kPrepV + kChunk * D::kLdV * 2;
-  static constexpr int kPrepT = kPrepL + kChunk * D::kLdC * 4;
-  static constexpr int kPrepY = kPrepT + kChunk * D::kLdC * 4;
-  static constexpr int kPrepBeta = kPrepY + 16 * D::kLdC * 4;
-  static constexpr int kPrepGam = kPrepBeta + kChunk * 4;
-  static constexpr int kPrepBk = kPrepGam + kChunk * 4;
-  static constexpr int kPrepBytes = kPrepBk + kChunk * 4;
-  static_assert(kPrepQ % 16 == 0 && kPrepV % 16 == 0 && kPrepL % 16 == 0 &&
-                    kPrepY % 16 == 0 && kPrepBeta % 16 == 0,
-                "16-byte aligned regions for cp.async");
+  static constexpr int kBytesH = kChunk * D::kLdH * 2;  // bf16 [64][kLdH] K, Q
+  static constexpr int kBytesV = kChunk * D::kLdV * 2;  // bf16 [64][kLdV] V
+  static constexpr int kBytesC = kChunk * D::kLdC * 4;  // fp32 [64][kLdC] L, T
+  static constexpr int kBytesKV = kBytesH > kBytesV ? kBytesH : kBytesV;
+  static constexpr int kSlot = ((kBytesKV > kBytesC ? kBytesKV : kBytesC) + 127) / 128 * 128;
+  static constexpr int kQ = 4 * kSlot;                // after the ring of four slots
+  static constexpr int kRaw = kQ + kSlot;             // fp32 [2][2][64] g, beta of two items
+  static constexpr int kGam = kRaw + 4 * kChunk * 4;  // fp32 [64] in-chunk cumulative g
+  static constexpr int kBk = kGam + kChunk * 4;       // fp32 [2][64] beta exp(gamma)
+  static constexpr int kBytes = kBk + 2 * kChunk * 4;
 };
 
 // ---------------------------------------------------------------------------------------------
 // Plan: the level's chunks, in node order. One block of kPlanThreads.
 
 __global__ void __launch_bounds__(kPlanThreads)
-    gdn_plan_kernel(int2 *chunks, int level, TreeMeta meta) {
+    gdn_plan_kernel(int2* chunks, int level, TreeMeta meta) {
   __shared__ int warp_sum[kPlanThreads / 32];
   __shared__ int base;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
-  if (threadIdx.x == 0)
-    base = 0;
+  if (threadIdx.x == 0) base = 0;
   __syncthreads();
   for (int first = nb; first < ne; first += kPlanThreads) {
     const int n = first + int(threadIdx.x);
     const int count = n < ne ? (meta.node_length[n] + kChunk - 1) / kChunk : 0;
-    int incl = count; // inclusive scan over the block
+    int incl = count;  // inclusive scan over the block
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d)
-        incl += y;
+      if (lane >= d) incl += y;
     }
-    if (lane == 31)
-      warp_sum[warp] = incl;
+    if (lane == 31) warp_sum[warp] = incl;
     __syncthreads();
     if (warp == 0) {
       int s = warp_sum[lane];
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
         const int y = __shfl_up_sync(0xffffffffu, s, d);
-        if (lane >= d)
-          s += y;
+        if (lane >= d) s += y;
       }
       warp_sum[lane] = s;
     }
     __syncthreads();
     const int start = base + (warp > 0 ? warp_sum[warp - 1] : 0) + incl - count;
-    for (int c = 0; c < count; ++c)
-      chunks[1 + start + c] = make_int2(n, c * kChunk);
-    __syncthreads(); // everyone has read base and warp_sum
-    if (threadIdx.x == 0)
-      base += warp_sum[31];
+    for (int c = 0; c < count; ++c) chunks[1 + start + c] = make_int2(n, c * kChunk);
+    __syncthreads();  // everyone has read base and warp_sum
+    if (threadIdx.x == 0) base += warp_sum[31];
     __syncthreads();
   }
-  if (threadIdx.x == 0)
-    chunks[0] = make_int2(base, 0);
+  if (threadIdx.x == 0) chunks[0] = make_int2(base, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prepare: per (chunk, value head) gamma, P, W, U. Stride loop over items =
-// chunk * Hv + head.
+// Prepare helpers
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
+// Lane 4 g + t gets rows 2t, 2t + 1 of column g of each of four 8x8 b16 matrices, packed.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a b, bf16 m16n8k16: A (16x16) rows g, g + 8 with k pairs (2t, 2t+1), (2t+8, 2t+9); B the
+// same k pairs of column g; C as in the tf32 form.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Named barriers among some warps (0 is __syncthreads).
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// tf32 fragments with k paired as (2t, 2t+1) in place of (t, t+4) (file-top comment).
+// B of a row-major fp32 tile, p = &B[k0][n0], rounded here or already tf32.
+__device__ __forceinline__ void frag_b_pair(uint32_t (&b)[2], const float* p, int ld, int g,
+                                            int t) {
+  b[0] = to_tf32(p[2 * t * ld + g]);
+  b[1] = to_tf32(p[(2 * t + 1) * ld + g]);
+}
+__device__ __forceinline__ void frag_b_pair_tf32(uint32_t (&b)[2], const float* p, int ld, int g,
+                                                 int t) {
+  b[0] = __float_as_uint(p[2 * t * ld + g]);
+  b[1] = __float_as_uint(p[(2 * t + 1) * ld + g]);
+}
+// A of an accumulator tile (16x8), its 8 columns as k.
+__device__ __forceinline__ void frag_a_acc(uint32_t (&a)[4], const float (&c)[4]) {
+  a[0] = to_tf32(c[0]);
+  a[1] = to_tf32(c[2]);
+  a[2] = to_tf32(c[1]);
+  a[3] = to_tf32(c[3]);
+}
+// An accumulator tile rounded to tf32 into a row-major tile, p = &X[m0][n0].
+__device__ __forceinline__ void store_acc_tf32(float* p, int ld, const float (&c)[4], int g,
+                                               int t) {
+  *reinterpret_cast<float2*>(p + g * ld + 2 * t) = make_float2(round_tf32(c[0]), round_tf32(c[1]));
+  *reinterpret_cast<float2*>(p + (g + 8) * ld + 2 * t) =
+      make_float2(round_tf32(c[2]), round_tf32(c[3]));
+}
+
+// acc[s] = X[16 rows][kKp] K[8 (nt0 + s) rows][kKp]^T for s < n (n <= kMax, warp-uniform);
+// x = &X[m0][0], kn = &K[8 nt0][0], both bf16 with leading dimension kLd.
+template <int kMax, int kKp, int kLd>
+__device__ __forceinline__ void gram_tiles(float (&acc)[kMax][4], const bf16* x, const bf16* kn,
+                                           int n, int lane) {
+  const bf16* a_row = x + ((lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
+  const bf16* b_row = kn + (lane & 7) * kLd + ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int s = 0; s < kMax; ++s)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[s][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kKp / 16; ++kk) {
+    uint32_t a[4];
+    ldsm_x4(a, a_row + 16 * kk);
+#pragma unroll
+    for (int s = 0; s < kMax; ++s) {
+      if (s < n) {
+        uint32_t b[2];
+        ldsm_x2(b, b_row + 8 * s * kLd + 16 * kk);
+        mma_bf16(acc[s], a, b);
+      }
+    }
+  }
+}
+
+// Runs of n8 tiles (row strip mt, first tile nt0, count n) of the 64x64 lower blocks, one byte
+// per warp. L: 20 tiles over the 8 warps; P: the same 20 over warps 2-7, and the run that ends a
+// strip's lower blocks also writes the strip's zero tiles.
+constexpr uint64_t tile_run(int w, int mt, int nt0, int n) {
+  return uint64_t(mt | nt0 << 2 | n << 5) << (8 * w);
+}
+constexpr uint64_t kLRuns = tile_run(0, 3, 0, 3) | tile_run(1, 3, 3, 3) | tile_run(2, 3, 6, 2) |
+                            tile_run(3, 2, 0, 3) | tile_run(4, 2, 3, 3) | tile_run(5, 1, 0, 2) |
+                            tile_run(6, 1, 2, 2) | tile_run(7, 0, 0, 2);
+constexpr uint64_t kPRuns = tile_run(0, 3, 0, 4) | tile_run(1, 3, 4, 4) | tile_run(2, 2, 0, 3) |
+                            tile_run(3, 2, 3, 3) | tile_run(4, 1, 0, 4) | tile_run(5, 0, 0, 2);
+
+// ---------------------------------------------------------------------------------------------
+// Prepare: per (chunk, value head) gamma, P, W, U. Stride loop over items = chunk * Hv + head.
 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2)
-    gdn_prepare_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
-                       const bf16 *__restrict__ v, const float *__restrict__ g,
-                       const float *__restrict__ beta, Workspace ws,
-                       int heads_k, int heads_v, float scale, TreeMeta meta) {
+    gdn_prepare_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                       const bf16* __restrict__ v, const float* __restrict__ g,
+                       const float* __restrict__ beta, Workspace ws, int heads_k, int heads_v,
+                       float scale, TreeMeta meta) {
   using C = PrepCfg<DK, DV>;
+  constexpr int kLdH = C::kLdH, kLdV = C::kLdV, kLdC = C::kLdC;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16 *Ks = reinterpret_cast<bf16 *>(
-      smem + C::kPrepK); // [64][kLdH] keys of the chunk
-  bf16 *Qs = reinterpret_cast<bf16 *>(smem + C::kPrepQ); // [64][kLdH] queries
-  bf16 *Vs = reinterpret_cast<bf16 *>(smem + C::kPrepV); // [64][kLdV] values
-  float *Ls = reinterpret_cast<float *>(
-      smem + C::kPrepL); // [64][kLdC] -A (strictly lower)
-  float *Ts =
-      reinterpret_cast<float *>(smem + C::kPrepT); // [64][kLdC] (I + A)^-1
-  float *Ys = reinterpret_cast<float *>(
-      smem + C::kPrepY); // [16][kLdC] scratch of the inverse
-  float *beta_s = reinterpret_cast<float *>(smem + C::kPrepBeta); // [64]
-  float *gam_s =
-      reinterpret_cast<float *>(smem + C::kPrepGam); // [64] cumulative g
-  float *bk_s =
-      reinterpret_cast<float *>(smem + C::kPrepBk); // [64] beta exp(gamma)
-  constexpr int kLdH = C::kLdH, kLdC = C::kLdC;
+  auto slot = [&](int i) { return smem + (i & 3) * C::kSlot; };  // the ring
+  bf16* Qs = reinterpret_cast<bf16*>(smem + C::kQ);              // [64][kLdH] queries
+  float* raw = reinterpret_cast<float*>(smem + C::kRaw);         // [2][g 64, beta 64]
+  float* gam_s = reinterpret_cast<float*>(smem + C::kGam);       // [64] cumulative g
+  float* bk_all = reinterpret_cast<float*>(smem + C::kBk);       // [2][64] beta exp(gamma)
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2,
-            t4 = lane & 3;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
   const int64_t qk_ld = int64_t(heads_k) * DK, v_ld = int64_t(heads_v) * DV;
   const int group = heads_v / heads_k;
   const int items = ws.chunks[0].x * heads_v;
 
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int head = item % heads_v, kh = head / group;
+  struct Item {
+    int head, kh, nrows;
+    int64_t t0;  // first stream row
+  };
+  // Loads an item's K (into kdst), Q, g and beta (into raw[par]), asynchronously; one group.
+  // Warp 0's lane l loads rows 2l, 2l + 1 of g and beta: it scans them without a barrier.
+  auto prefetch = [&](int item, unsigned char* kdst, int par) {
+    Item it;
+    it.head = item % heads_v;
+    it.kh = it.head / group;
     const int2 chunk = ws.chunks[1 + item / heads_v];
-    const int nrows = min(kChunk, meta.node_length[chunk.x] - chunk.y);
-    const int64_t t0 =
-        int64_t(meta.node_offset[chunk.x]) + chunk.y; // first stream row
-    const int64_t hrow = int64_t(head) * T + t0;      // workspace row of t0
-
-    __syncthreads(); // the previous item is done with shared memory
-    load_tile<bf16, C::kVecK, C::kKp, kLdH>(Ks, k + t0 * qk_ld + kh * DK, qk_ld,
-                                            nrows, DK);
-    load_tile<bf16, C::kVecK, C::kKp, kLdH>(Qs, q + t0 * qk_ld + kh * DK, qk_ld,
-                                            nrows, DK);
-    load_tile<bf16, C::kVecV, C::kVp, C::kLdV>(Vs, v + t0 * v_ld + head * DV,
-                                               v_ld, nrows, DV);
-    cp_async_commit();
-    if (threadIdx.x < kChunk) {
-      const int i = threadIdx.x;
-      beta_s[i] = i < nrows ? beta[(t0 + i) * heads_v + head] : 0.f;
-      gam_s[i] = i < nrows ? g[(t0 + i) * heads_v + head] : 0.f;
-    }
-    for (int i = threadIdx.x; i < kChunk * kChunk; i += kThreads)
-      Ts[(i / kChunk) * kLdC + i % kChunk] = 0.f;
-    cp_async_wait_all();
-    __syncthreads();
-    if (threadIdx.x == 0) { // gamma_i = gamma_{i-1} + g_i, in the CPU's order
-      float x[kChunk];
+    it.nrows = min(kChunk, meta.node_length[chunk.x] - chunk.y);
+    it.t0 = int64_t(meta.node_offset[chunk.x]) + chunk.y;
+    const int64_t qk0 = it.t0 * qk_ld + it.kh * DK;
+    load_tile<bf16, C::kVecK, C::kKp, kLdH>(reinterpret_cast<bf16*>(kdst), k + qk0, qk_ld, it.nrows,
+                                            DK);
+    load_tile<bf16, C::kVecK, C::kKp, kLdH>(Qs, q + qk0, qk_ld, it.nrows, DK);
+    if (warp == 0) {
+      float* gr = raw + par * 2 * kChunk;
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i)
-        x[i] = gam_s[i];
-      float acc = 0.f;
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        acc += x[i];
-        gam_s[i] = acc;
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < kChunk) {
-      const int i = threadIdx.x;
-      bk_s[i] = beta_s[i] * __expf(gam_s[i]);
-      if (i < nrows)
-        ws.gam[hrow + i] = gam_s[i];
-    }
-
-    // K K^T -> Ls = -(beta_i k_i.k_j exp(gamma_i - gamma_j)) for j < i;
-    // Q K^T -> P = scale q_i.k_j exp(gamma_i - gamma_j) for j <= i (to the
-    // workspace). Warp: rows 16 mt.., columns 32 nh.. (four n8 tiles).
-    {
-      const int mt = warp & 3, nt0 = (warp >> 2) * 4;
-      float acc_k[4][4] = {}, acc_q[4][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < C::kKp / 8; ++kk) {
-        uint32_t ak[4], aq[4];
-        frag_a(ak, Ks + 16 * mt * kLdH + 8 * kk, kLdH, g8, t4);
-        frag_a(aq, Qs + 16 * mt * kLdH + 8 * kk, kLdH, g8, t4);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          uint32_t b[2];
-          frag_b_t(b, Ks + 8 * (nt0 + s) * kLdH + 8 * kk, kLdH, g8, t4);
-          mma(acc_k[s], ak, b);
-          mma(acc_q[s], aq, b);
+      for (int e = 0; e < 2; ++e) {
+        const int i = 2 * lane + e;
+        if (i < it.nrows) {
+          cp_async<4>(gr + i, g + (it.t0 + i) * heads_v + it.head);
+          cp_async<4>(gr + kChunk + i, beta + (it.t0 + i) * heads_v + it.head);
+        } else {
+          gr[i] = 0.f;
+          gr[kChunk + i] = 0.f;
         }
       }
+    }
+    cp_async_commit();
+    return it;
+  };
+
+  Item next{};
+  if (int(blockIdx.x) < items) next = prefetch(blockIdx.x, slot(0), 0);
+  for (int item = blockIdx.x, iter = 0; item < items; item += gridDim.x, ++iter) {
+    const Item cur = next;
+    const int par = iter & 1;
+    bf16* Ks = reinterpret_cast<bf16*>(slot(iter));        // [64][kLdH] keys (prefetched)
+    float* Ls = reinterpret_cast<float*>(slot(iter + 1));  // [64][kLdC] -A (strictly lower)
+    float* Ts = reinterpret_cast<float*>(slot(iter + 2));  // [64][kLdC] (I + A)^-1, tf32, permuted
+    bf16* Vs = reinterpret_cast<bf16*>(slot(iter + 3));    // [64][kLdV] values
+    const float* beta_s = raw + par * 2 * kChunk + kChunk;
+    float* bk_s = bk_all + par * kChunk;
+    const int nrows = cur.nrows;
+    const int64_t hrow = int64_t(cur.head) * T + cur.t0;  // workspace row of t0
+
+    // gamma_i = gamma_{i-1} + g_i: lane l scans rows 2l, 2l + 1 (the pair sums by shuffles).
+    // gam_s is free (every warp passed the previous item's last barrier); bk_s alternates with
+    // the previous item's, which its W product may still be reading.
+    cp_async_wait_all();
+    if (warp == 0) {
+      const float2 gg = *reinterpret_cast<const float2*>(raw + par * 2 * kChunk + 2 * lane);
+      const float2 bb = *reinterpret_cast<const float2*>(beta_s + 2 * lane);
+      float incl = gg.x + gg.y;
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
+      for (int d = 1; d < 32; d <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += y;
+      }
+      float base = __shfl_up_sync(0xffffffffu, incl, 1);
+      if (lane == 0) base = 0.f;
+      const float ga = base + gg.x, gb = ga + gg.y;
+      *reinterpret_cast<float2*>(gam_s + 2 * lane) = make_float2(ga, gb);
+      *reinterpret_cast<float2*>(bk_s + 2 * lane) =
+          make_float2(bb.x * __expf(ga), bb.y * __expf(gb));
+      if (2 * lane < nrows) ws.gam[hrow + 2 * lane] = ga;
+      if (2 * lane + 1 < nrows) ws.gam[hrow + 2 * lane + 1] = gb;
+    }
+    __syncthreads();  // K, Q, beta, gamma visible; every warp is done with the previous item
+    load_tile<bf16, C::kVecV, C::kVp, kLdV>(Vs, v + cur.t0 * v_ld + cur.head * DV, v_ld, nrows, DV);
+    cp_async_commit();
+
+    // Phase B: K K^T -> Ls = -(beta_i k_i.k_j exp(gamma_i - gamma_j)) for j < i (0 elsewhere in
+    // the computed tiles; nothing reads above the diagonal blocks).
+    {
+      const uint32_t run = uint32_t(kLRuns >> (8 * warp)) & 0xffu;
+      const int mt = run & 3, nt0 = (run >> 2) & 7, n = run >> 5;
+      float acc[3][4];
+      gram_tiles<3, C::kKp, kLdH>(acc, Ks + 16 * mt * kLdH, Ks + 8 * nt0 * kLdH, n, lane);
+#pragma unroll
+      for (int s = 0; s < 3; ++s) {
+        if (s >= n) continue;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int i = 16 * mt + g8 + 8 * h, j = 8 * (nt0 + s) + 2 * t4;
-          float p[2];
+          const float gi = gam_s[i], bi = beta_s[i];
+          float l[2];
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float decay =
-                j + e <= i ? __expf(gam_s[i] - gam_s[j + e]) : 0.f;
-            Ls[i * kLdC + j + e] =
-                j + e < i ? -(beta_s[i] * acc_k[s][2 * h + e] * decay) : 0.f;
-            p[e] = j + e <= i ? scale * acc_q[s][2 * h + e] * decay : 0.f;
-          }
-          if (i < nrows)
-            *reinterpret_cast<float2 *>(ws.P + (hrow + i) * kChunk + j) =
-                make_float2(round_tf32(p[0]), round_tf32(p[1]));
+          for (int e = 0; e < 2; ++e)
+            l[e] = j + e < i ? -(bi * acc[s][2 * h + e] * __expf(gi - gam_s[j + e])) : 0.f;
+          *reinterpret_cast<float2*>(Ls + i * kLdC + j) = make_float2(l[0], l[1]);
         }
       }
     }
-    __syncthreads();
 
-    // T = (I - L)^-1, blockwise on 16x16 blocks. Diagonal blocks by forward
-    // substitution, one column per thread (the CPU's order: T_ij = L_ij +
-    // sum_{j<m<i} L_im T_mj).
-    if (threadIdx.x < kChunk) {
-      const int col = threadIdx.x, b0 = col & ~15;
-#pragma unroll
-      for (int r = 0; r < 16; ++r) {
-        const int i = b0 + r;
-        float acc = i == col ? 1.f : 0.f;
-#pragma unroll
-        for (int m = 0; m < r; ++m)
-          acc += Ls[i * kLdC + b0 + m] * Ts[(b0 + m) * kLdC + col];
-        Ts[i * kLdC + col] = acc;
-      }
-    }
-    // Block row b, columns c < 16 b: (I - L_bb) T_bc = sum_{e<b} L_be T_ec =:
-    // Y, T_bc = T_bb Y.
-#pragma unroll
-    for (int bb = 1; bb < 4; ++bb) {
-      const int r0 = 16 * bb;
-      __syncthreads();
-      for (int e = threadIdx.x; e < 16 * r0; e += kThreads) {
-        const int r = e / r0, c = e % r0;
-        float y = 0.f;
-        for (int m = c; m < r0; ++m)
-          y += Ls[(r0 + r) * kLdC + m] * Ts[m * kLdC + c];
-        Ys[r * kLdC + c] = y;
-      }
-      __syncthreads();
-      for (int e = threadIdx.x; e < 16 * r0; e += kThreads) {
-        const int r = e / r0, c = e % r0;
-        float acc = 0.f;
-        for (int m = 0; m <= r; ++m)
-          acc += Ts[(r0 + r) * kLdC + r0 + m] * Ys[m * kLdC + c];
-        Ts[(r0 + r) * kLdC + c] = acc;
-      }
-    }
-    __syncthreads();
+    if (warp < 2) {
+      bar_sync(1, kThreads);  // all of L
 
-    // W = T (beta exp(gamma) K) [64 x Dk], U = T (beta V) [64 x Dv]. Warp: rows
-    // 16 mt.., n8 tiles nh, nh + 2, ...
-    {
-      const int mt = warp & 3, nh = warp >> 2;
-      constexpr int kTilesW = C::kKp / 8, kTilesU = C::kVp / 8;
-      float acc_w[(kTilesW + 1) / 2][4] = {};
-      float acc_u[(kTilesU + 1) / 2][4] = {};
+      // Diagonal blocks by forward substitution, lane: column c of block 2 warp + lane / 16.
+      // T_rc = [r == c] + sum_{m<r} L_rm T_mc, summed from m = c up: the CPU's order.
+      {
+        const int b0 = 32 * warp + (lane & 16), c = lane & 15;
+        float x[16];
 #pragma unroll
-      for (int kk = 0; kk < kChunk / 8; ++kk) {
-        uint32_t a[4];
-        frag_a(a, Ts + 16 * mt * kLdC + 8 * kk, kLdC, g8, t4);
-        const float fk0 = bk_s[8 * kk + t4], fk1 = bk_s[8 * kk + t4 + 4];
-        const float fv0 = beta_s[8 * kk + t4], fv1 = beta_s[8 * kk + t4 + 4];
+        for (int r = 0; r < 16; ++r) {
+          const float* lrow = Ls + (b0 + r) * kLdC + b0;
+          float acc = 0.f;
 #pragma unroll
-        for (int s = 0; s < (kTilesW + 1) / 2; ++s) {
-          const int nt = nh + 2 * s;
-          if (nt < kTilesW) {
-            uint32_t b[2];
-            frag_b(b, Ks + 8 * kk * kLdH + 8 * nt, kLdH, g8, t4, fk0, fk1);
-            mma(acc_w[s], a, b);
+          for (int m0 = 0; m0 < r; m0 += 4) {
+            const float4 l4 = *reinterpret_cast<const float4*>(lrow + m0);
+            const float l[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (m0 + e < r) acc = fmaf(l[e], x[m0 + e], acc);
           }
+          x[r] = r == c ? 1.f : acc;
         }
+        float* tcol = Ts + b0 * kLdC + b0 + (c & 8) + (c & 7) / 2 + 4 * (c & 1);
 #pragma unroll
-        for (int s = 0; s < (kTilesU + 1) / 2; ++s) {
-          const int nt = nh + 2 * s;
-          if (nt < kTilesU) {
-            uint32_t b[2];
-            frag_b(b, Vs + 8 * kk * C::kLdV + 8 * nt, C::kLdV, g8, t4, fv0,
-                   fv1);
-            mma(acc_u[s], a, b);
-          }
-        }
+        for (int r = 0; r < 16; ++r) tcol[r * kLdC] = round_tf32(x[r]);
       }
+      __syncwarp();
+
+      // T_ba = T_bb (L_ba T_aa) computed as (T_bb L_ba) T_aa for a = 2 warp, b = a + 1: the
+      // warp's own diagonal blocks.
+      {
+        const int a0 = 32 * warp, b0 = a0 + 16;
+        float z[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          uint32_t at[4];
+          frag_a_tf32(at, Ts + b0 * kLdC + b0 + 8 * kk, kLdC, lane);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            uint32_t bl[2];
+            frag_b_pair(bl, Ls + (b0 + 8 * kk) * kLdC + a0 + 8 * nt, kLdC, g8, t4);
+            mma(z[nt], at, bl);
+          }
+        }
+        float y[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          uint32_t az[4];
+          frag_a_acc(az, z[kk]);
+#pragma unroll
+          for (int nt = 0; nt <= kk; ++nt) {  // T_aa is zero above its diagonal
+            uint32_t bt[2];
+            frag_b_pair_tf32(bt, Ts + (a0 + 8 * kk) * kLdC + a0 + 8 * nt, kLdC, g8, t4);
+            mma(y[nt], az, bt);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+          store_acc_tf32(Ts + b0 * kLdC + a0 + 8 * nt, kLdC, y[nt], g8, t4);
+      }
+      bar_sync(2, 64);  // both halves' diagonal 32x32 blocks of T
+
+      // T[r0:r0+16, 0:32] = (T[r0:r0+16, 32:64] L[32:64, 0:32]) T[0:32, 0:32], r0 = 32 + 16 warp.
+      {
+        const int r0 = 32 + 16 * warp;
+        float z[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          if (kk >= 2 * warp + 2) continue;  // T is zero right of the diagonal block
+          uint32_t at[4];
+          frag_a_tf32(at, Ts + r0 * kLdC + 32 + 8 * kk, kLdC, lane);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            uint32_t bl[2];
+            frag_b_pair(bl, Ls + (32 + 8 * kk) * kLdC + 8 * nt, kLdC, g8, t4);
+            mma(z[nt], at, bl);
+          }
+        }
+        float y[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t az[4];
+          frag_a_acc(az, z[kk]);
+#pragma unroll
+          for (int nt = 0; nt <= kk; ++nt) {
+            uint32_t bt[2];
+            frag_b_pair_tf32(bt, Ts + 8 * kk * kLdC + 8 * nt, kLdC, g8, t4);
+            mma(y[nt], az, bt);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) store_acc_tf32(Ts + r0 * kLdC + 8 * nt, kLdC, y[nt], g8, t4);
+      }
+    } else {
+      bar_arrive(1, kThreads);
+
+      // Q K^T -> P = scale q_i.k_j exp(gamma_i - gamma_j) for j <= i, 0 above (workspace).
+      const uint32_t run = uint32_t(kPRuns >> (8 * (warp - 2))) & 0xffu;
+      const int mt = run & 3, nt0 = (run >> 2) & 7, n = run >> 5;
+      float acc[4][4];
+      gram_tiles<4, C::kKp, kLdH>(acc, Qs + 16 * mt * kLdH, Ks + 8 * nt0 * kLdH, n, lane);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = 16 * mt + g8 + 8 * h;
-        if (i >= nrows)
-          continue;
+        if (i >= nrows) continue;
+        const float gi = gam_s[i];
+        float* prow = ws.P + (hrow + i) * kChunk;
 #pragma unroll
-        for (int s = 0; s < (kTilesW + 1) / 2; ++s) {
-          const int j = 8 * (nh + 2 * s) + 2 * t4;
-          if (j < DK)
-            *reinterpret_cast<float2 *>(ws.W + (hrow + i) * DK + j) =
-                make_float2(round_tf32(acc_w[s][2 * h]),
-                            round_tf32(acc_w[s][2 * h + 1]));
+        for (int s = 0; s < 4; ++s) {
+          if (s >= n) continue;
+          const int j = 8 * (nt0 + s) + 2 * t4;
+          float p[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            p[e] = j + e <= i ? scale * acc[s][2 * h + e] * __expf(gi - gam_s[j + e]) : 0.f;
+          *reinterpret_cast<float2*>(prow + j) = make_float2(round_tf32(p[0]), round_tf32(p[1]));
         }
+        if (nt0 + n == 2 * mt + 2)
+          for (int j = 8 * (nt0 + n) + 2 * t4; j < kChunk; j += 8)
+            *reinterpret_cast<float2*>(prow + j) = make_float2(0.f, 0.f);
+      }
+    }
+    cp_async_wait_all();  // V
+    __syncthreads();      // T and V complete; Q's and L's slots are free
+
+    const int next_item = item + int(gridDim.x);
+    if (next_item < items) next = prefetch(next_item, slot(iter + 1), par ^ 1);
+
+    // Phase E: W = T (beta exp(gamma) K) [64 x Dk], U = T (beta V) [64 x Dv]. Warp: n8 tiles
+    // warp, warp + 8, ... of W and of U, all four row strips; strip mt needs k < 16 (mt + 1).
+    {
+      constexpr int kTilesW = C::kKp / 8, kTilesU = C::kVp / 8;
+      constexpr int kSW = (kTilesW + kWarps - 1) / kWarps, kSU = (kTilesU + kWarps - 1) / kWarps;
+      static_assert(kSW + kSU <= 4, "one ldmatrix.x4 per k step");
+      // ldmatrix.trans matrices: kSW tiles of K, then kSU of V, then unused (any valid row).
+      const int m = lane >> 3;
+      const bf16* src = Ks;
+      int ld = kLdH, col = 0;
+      if (m < kSW) {
+        const int nt = warp + kWarps * m;
+        col = nt < kTilesW ? 8 * nt : 0;
+      } else if (m < kSW + kSU) {
+        const int nt = warp + kWarps * (m - kSW);
+        src = Vs;
+        ld = kLdV;
+        col = nt < kTilesU ? 8 * nt : 0;
+      }
+      const uint32_t b_addr = smem_addr(src + (lane & 7) * ld + col);
+      const uint32_t b_step = 8 * ld * uint32_t(sizeof(bf16));
+      float acc_w[4][kSW][4] = {}, acc_u[4][kSU][4] = {};
 #pragma unroll
-        for (int s = 0; s < (kTilesU + 1) / 2; ++s) {
-          const int j = 8 * (nh + 2 * s) + 2 * t4;
-          if (j < DV)
-            *reinterpret_cast<float2 *>(ws.U + (hrow + i) * DV + j) =
-                make_float2(acc_u[s][2 * h], acc_u[s][2 * h + 1]);
+      for (int kk = 0; kk < kChunk / 8; ++kk) {
+        uint32_t bq[4];
+        ldsm_x4_trans(bq, b_addr + kk * b_step);
+        const float2 fk = *reinterpret_cast<const float2*>(bk_s + 8 * kk + 2 * t4);
+        const float2 fv = *reinterpret_cast<const float2*>(beta_s + 8 * kk + 2 * t4);
+        // bf16 pair (rows 2t, 2t+1) -> fp32, scaled per row, rounded: the B fragment.
+        auto scaled = [](uint32_t(&b)[2], uint32_t pair, float2 f) {
+          b[0] = to_tf32(__uint_as_float(pair << 16) * f.x);
+          b[1] = to_tf32(__uint_as_float(pair & 0xffff0000u) * f.y);
+        };
+        uint32_t bw[kSW][2], bu[kSU][2];
+#pragma unroll
+        for (int s = 0; s < kSW; ++s) scaled(bw[s], bq[s], fk);
+#pragma unroll
+        for (int s = 0; s < kSU; ++s) scaled(bu[s], bq[kSW + s], fv);
+#pragma unroll
+        for (int mt = kk / 2; mt < 4; ++mt) {
+          uint32_t a[4];
+          frag_a_tf32(a, Ts + 16 * mt * kLdC + 8 * kk, kLdC, lane);
+#pragma unroll
+          for (int s = 0; s < kSW; ++s)
+            if (kTilesW % kWarps == 0 || warp + kWarps * s < kTilesW) mma(acc_w[mt][s], a, bw[s]);
+#pragma unroll
+          for (int s = 0; s < kSU; ++s)
+            if (kTilesU % kWarps == 0 || warp + kWarps * s < kTilesU) mma(acc_u[mt][s], a, bu[s]);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = 16 * mt + g8 + 8 * h;
+          if (i >= nrows) continue;
+#pragma unroll
+          for (int s = 0; s < kSW; ++s) {
+            const int j = 8 * (warp + kWarps * s) + 2 * t4;
+            if (j < DK)  // DK is even, so j + 1 < DK too
+              *reinterpret_cast<float2*>(ws.W + (hrow + i) * DK + j) =
+                  make_float2(round_tf32(acc_w[mt][s][2 * h]), round_tf32(acc_w[mt][s][2 * h + 1]));
+          }
+#pragma unroll
+          for (int s = 0; s < kSU; ++s) {
+            const int j = 8 * (warp + kWarps * s) + 2 * t4;
+            if (j < DV)
+              *reinterpret_cast<float2*>(ws.U + (hrow + i) * DV + j) =
+                  make_float2(acc_u[mt][s][2 * h], acc_u[mt][s][2 * h + 1]);
+          }
         }
       }
     }
   }
 }
 
-} // namespace
+}  // namespace
 
-cudaError_t launch_plan(const GdnArgs &a) {
-  gdn_plan_kernel<<<1, kPlanThreads, 0, a.stream>>>(a.ws.chunks, a.level,
-                                                    a.meta);
+cudaError_t launch_plan(const GdnArgs& a) {
+  gdn_plan_kernel<<<1, kPlanThreads, 0, a.stream>>>(a.ws.chunks, a.level, a.meta);
   return cudaGetLastError();
 }
 
-template <int DK, int DV> cudaError_t launch_prepare(const GdnArgs &a) {
+template <int DK, int DV>
+cudaError_t launch_prepare(const GdnArgs& a) {
   using C = PrepCfg<DK, DV>;
-  cudaError_t err = cudaFuncSetAttribute(
-      gdn_prepare_kernel<DK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      C::kPrepBytes);
-  if (err != cudaSuccess)
-    return err;
-  // About 4 waves of 2 resident blocks per SM.
+  cudaError_t err = cudaFuncSetAttribute(gdn_prepare_kernel<DK, DV>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes);
+  if (err != cudaSuccess) return err;
+  // Two resident blocks per SM, each walking its items with the next one's loads in flight.
   const int blocks = int(std::max<int64_t>(
-      1, std::min<int64_t>(max_level_chunks(a.meta) * a.heads_v,
-                           int64_t(a.sms) * 8)));
-  gdn_prepare_kernel<DK, DV><<<blocks, kThreads, C::kPrepBytes, a.stream>>>(
+      1, std::min<int64_t>(max_level_chunks(a.meta) * a.heads_v, int64_t(a.sms) * 2)));
+  gdn_prepare_kernel<DK, DV><<<blocks, kThreads, C::kBytes, a.stream>>>(
       a.q, a.k, a.v, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
   return cudaGetLastError();
 }
 
-#define FLIDE_GDN_INSTANTIATE(DK, DV)                                          \
-  template cudaError_t launch_prepare<DK, DV>(const GdnArgs &);
+#define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_prepare<DK, DV>(const GdnArgs&);
 FLIDE_GDN_SHAPES(FLIDE_GDN_INSTANTIATE)
 #undef FLIDE_GDN_INSTANTIATE
 
-} // namespace flide::kernels::gdn_detail
+}  // namespace flide::kernels::gdn_detail

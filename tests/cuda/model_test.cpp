@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <string>
 
 #include "common/golden_cases.h"
 #include "common/random_trees.h"
@@ -102,16 +103,26 @@ TEST_P(CudaModel, GoldenCasesMatchCpuF32) {
           " (bound ", bound, " = 2 x HF's own bf16 error)"));
 }
 
+std::string margins_text(const std::vector<double>& m) {
+  std::string out;
+  for (double x : m) {
+    if (!out.empty()) out += ' ';
+    out += std::to_string(x);
+  }
+  return out.empty() ? "none" : out;
+}
+
 // Choice distributions over 2-5 labels. Expected: logit errors of ~1e-2 relative move the
-// probabilities by ~1e-3..1e-2; the bounds are loose (median TVD < 0.02 against the CPU,
-// top-1 agreement >= 90%, where near-ties may flip). Forked vs independent on CUDA differ only
-// by rounding order (GDN chunk boundaries, GEMM shapes, attention tiling), the same size.
+// probabilities by ~1e-3..1e-2; the bounds are loose (median TVD < 0.05 against the CPU;
+// top-1 may flip on near-ties, see below). Forked vs independent on CUDA differ only by rounding
+// order (GDN chunk boundaries, GEMM shapes, attention tiling), the same size.
 TEST_P(CudaModel, DecisionTreesMatchCpuF32) {
   Executor cpu_exec(*cpu_), gpu_exec(*gpu_);
   const int64_t vocab = gpu_->info().vocab_size;
   std::mt19937 rng{uint32_t(std::hash<std::string>{}(GetParam()))};
   std::vector<double> tvd_cpu, tvd_indep, dloglik_cpu;
-  int n_choice = 0, top1_same = 0;
+  int n_choice = 0, top1_same = 0, top1_indep_same = 0;
+  std::vector<double> flip_margins;  // the reference's p1 - p2 where fork's top-1 differs
   for (int i = 0; i < 6; ++i) {
     const Tree tree = random_tree(rng, vocab, i % 2 == 0 ? 2 : 3, i < 2 ? 12 : 6);
     const TreeResult ref = cpu_exec.run({tree}, ExecMode::ExecMode_fork)[0];
@@ -126,6 +137,12 @@ TEST_P(CudaModel, DecisionTreesMatchCpuF32) {
         tvd_indep.push_back(tvd(f.probs, d.probs));
         ++n_choice;
         top1_same += argmax(f.probs) == argmax(r.probs);
+        top1_indep_same += argmax(d.probs) == argmax(r.probs);
+        if (argmax(f.probs) != argmax(r.probs)) {
+          std::vector<double> sorted = r.probs;
+          std::sort(sorted.rbegin(), sorted.rend());
+          flip_margins.push_back(sorted[0] - sorted[1]);
+        }
       } else if (tree.nodes[n].readout == ReadoutKind::ReadoutKind_loglik) {
         ASSERT_FALSE(std::isnan(f.loglik_mean)) << "tree " << i << " node " << n;
         dloglik_cpu.push_back(std::abs(f.loglik_mean - r.loglik_mean));
@@ -138,16 +155,23 @@ TEST_P(CudaModel, DecisionTreesMatchCpuF32) {
   CudaReport::lines().push_back(
       cat(name, " trees (", n_choice, " choices): TVD CUDA-fork vs CPU-f32 median ",
           quantile(tvd_cpu, 0.5), " p99 ", quantile(tvd_cpu, 0.99), " max ", quantile(tvd_cpu, 1.0),
-          "; top-1 agreement ", top1, "; TVD CUDA fork vs independent median ",
-          quantile(tvd_indep, 0.5), " max ", quantile(tvd_indep, 1.0),
-          "; |d mean loglik| vs CPU (nats/token) median ", quantile(dloglik_cpu, 0.5), " max ",
-          quantile(dloglik_cpu, 1.0)));
+          "; top-1 agreement ", top1, " (independent ", double(top1_indep_same) / n_choice,
+          "; reference margins of the flips ", margins_text(flip_margins),
+          "); TVD CUDA fork vs independent median ", quantile(tvd_indep, 0.5), " max ",
+          quantile(tvd_indep, 1.0), "; |d mean loglik| vs CPU (nats/token) median ",
+          quantile(dloglik_cpu, 0.5), " max ", quantile(dloglik_cpu, 1.0)));
   // The fixtures amplify bf16 rounding as much as HF's own bf16 path does (see above), and
   // fork and independent round differently (other chunk boundaries in the delta rule, other
   // attention tiles), so these bounds are loose; the closeness figures that matter are measured
   // on real shapes by bench/tvd_vs_f32.py.
   EXPECT_LT(quantile(tvd_cpu, 0.5), 0.05);
-  EXPECT_GE(top1, 0.9);
+  // Top-1 against float32: on the tiny random fixture, kernels of the same per-op error flip 1
+  // to 3 of its 19 choices (reference margins up to 0.16; agreement 0.84-0.95 over four
+  // summation orders of the delta rule on the H200), and the independent path flips as many.
+  // So: the forked path may flip at most one choice more than the independent one, and a
+  // readout or row mix-up (agreement near 1 / labels, 0.2-0.5) stays far below 0.75.
+  EXPECT_GE(top1, 0.75);
+  EXPECT_GE(top1_same, top1_indep_same - 1);
   EXPECT_LT(quantile(tvd_indep, 0.5), 0.03);
   EXPECT_LT(quantile(tvd_indep, 1.0), 0.2);
   // Log-likelihoods: each token's log-softmax moves by about the logit error (~0.01-0.03 nats
