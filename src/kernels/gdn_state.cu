@@ -10,6 +10,13 @@
 // the bf16 output) runs afterwards in a fully parallel kernel. The state columns are independent
 // given W, U and gamma, hence the slices (64 blocks for that trunk).
 //
+// On the H200 a chunk step takes ~5 us and no single resource bounds it (tensor cores ~17% busy,
+// ~1,300 instructions per warp at ~5 cycles each); removing any one part (loads, either product,
+// the stores) saves 18-28%. Measured and not faster: 16-column slices, sixteen warps splitting
+// phase A's k range, operands permuted for 16-byte loads and ldmatrix.trans, predicate-free
+// whole-tile loads, per-row bulk (TMA) copies. The next step is wgmma fed by 2D tensor maps
+// (bench/results/2026-11-29-decide.md).
+//
 // Chunk rows past a node's end are zeros in shared memory (W, q, k, U, gamma and f): they change
 // neither the real rows' outputs nor the state, and they are never written back.
 #include <algorithm>
