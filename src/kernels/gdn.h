@@ -16,9 +16,10 @@
 //           O = Dk^-1/2 exp(gamma) (q S), S = exp(gamma_last) S +
 //           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential;
 //   output  one block per (chunk, value head), all in parallel: out = O + P v_new.
-// Products run on tensor cores as tf32 (mma.sync m16n8k8) with fp32 accumulation: q and k are
-// bf16, hence exact in tf32; W, U, P, the state and v_new are rounded to tf32 (2^-11) as
-// operands only, the state itself accumulates in fp32. No atomics: results are deterministic
+// Products run on tensor cores with fp32 accumulation: the Gram products K K^T and Q K^T as bf16
+// (mma.sync m16n8k16; products of bf16 inputs are exact in fp32), the rest as tf32 (m16n8k8): q
+// and k are bf16, hence exact in tf32; T, W, U, P, the state and v_new are rounded to tf32
+// (2^-11) as operands only, the state itself accumulates in fp32. No atomics: results are deterministic
 // and do not depend on which other nodes share the level.
 #pragma once
 
