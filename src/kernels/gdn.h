@@ -19,8 +19,8 @@
 // Products run on tensor cores with fp32 accumulation: the Gram products K K^T and Q K^T as bf16
 // (mma.sync m16n8k16; products of bf16 inputs are exact in fp32), the rest as tf32 (m16n8k8): q
 // and k are bf16, hence exact in tf32; T, W, U, P, the state and v_new are rounded to tf32
-// (2^-11) as operands only, the state itself accumulates in fp32. No atomics: results are deterministic
-// and do not depend on which other nodes share the level.
+// (2^-11) as operands only, the state itself accumulates in fp32. No atomics: results are
+// deterministic and do not depend on which other nodes share the level.
 #pragma once
 
 #include <cuda_bf16.h>
