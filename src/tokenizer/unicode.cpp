@@ -74,12 +74,9 @@ void utf8_append(char32_t c, std::string& out) {
   out.append(reinterpret_cast<const char*>(buf), size_t(n));
 }
 
-std::string nfc(std::string_view s) {
-  // Below U+0300 (lead bytes < 0xCC) nothing composes, decomposes or reorders: skip utf8proc.
-  bool below_combining = true;
-  for (char ch : s) below_combining &= uint8_t(ch) < 0xCC;
-  if (below_combining) return std::string(s);
+namespace {
 
+std::string nfc_utf8proc(std::string_view s) {
   utf8proc_uint8_t* out = nullptr;
   utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), utf8proc_ssize_t(s.size()),
@@ -87,6 +84,40 @@ std::string nfc(std::string_view s) {
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
   FLIDE_CHECK(n >= 0, "utf8proc NFC failed: ", utf8proc_errmsg(n));
   return std::string(reinterpret_cast<const char*>(out), size_t(n));
+}
+
+// Code points below U+0300 (lead bytes < 0xCC) neither decompose nor combine with what precedes
+// them (canonical class 0, NFC_Quick_Check Yes), so there is a normalization boundary before
+// each: NFC maps them to themselves and never looks across them.
+bool is_cold_lead(uint8_t b) {
+  return b < 0xCC;
+}
+
+}  // namespace
+
+std::string nfc(std::string_view s) {
+  // Only the runs of code points from U+0300 up go through utf8proc, each with the one code
+  // point before it (a starter they may compose with, e.g. "e" + U+0301): most text has a few
+  // such characters in long stretches that NFC leaves alone.
+  std::string out;
+  out.reserve(s.size());
+  size_t copied = 0, i = 0;
+  while (i < s.size()) {
+    if ((uint8_t(s[i]) & 0xC0) == 0x80 || is_cold_lead(uint8_t(s[i]))) {
+      ++i;
+      continue;
+    }
+    size_t begin = i;  // the run's first hot code point; back up over one code point if any
+    if (begin > copied) utf8_prev(s, begin);
+    size_t end = i;
+    while (end < s.size() && ((uint8_t(s[end]) & 0xC0) == 0x80 || !is_cold_lead(uint8_t(s[end]))))
+      ++end;
+    out.append(s.substr(copied, begin - copied));
+    out += nfc_utf8proc(s.substr(begin, end - begin));
+    copied = i = end;
+  }
+  out.append(s.substr(copied));
+  return out;
 }
 
 }  // namespace flide::tok
