@@ -165,6 +165,20 @@ TEST_P(DecisionTreeTest, RandomStatesAndQuestionsAreExact) {
   }
 }
 
+// Past 64 KB of prompts the prompts are tokenized on several threads: same trees.
+TEST_P(DecisionTreeTest, LongStatesAreExactToo) {
+  std::mt19937 rng(99);
+  const std::string state = random_text(rng, 5000) + "\n";
+  std::vector<DecisionQuestion> questions;
+  for (int q = 0; q < 6; ++q) {
+    DecisionQuestion question = choice(random_text(rng, 2 + q), {});
+    for (int o = 0; o < 2 + q % 3; ++o) question.options.push_back({random_text(rng, 2), ""});
+    questions.push_back(std::move(question));
+  }
+  ASSERT_GT(state.size() * questions.size(), size_t(64 * 1024));
+  expect_exact(state, questions);
+}
+
 TEST_P(DecisionTreeTest, EdgeStates) {
   const std::vector<DecisionQuestion> two = {choice("Which?", {{"a", ""}, {"b", "second"}}),
                                              choice("Why?", {{"x", ""}})};
