@@ -41,8 +41,9 @@ std::string render_question_content(const std::string& state_text, const Decisio
 // The full chat prompt: ChatML user turn + generation prompt with an empty think block.
 std::string render_question_prompt(const std::string& state_text, const DecisionQuestion& q);
 
-// Tokenizes every question's full prompt and forms the tree: trunk = longest common token
-// prefix, one child per question with a choice readout over its option letters. Errors
+// Tokenizes every question's full prompt (on all cores when they are long) and forms the tree:
+// trunk = longest common token prefix, one child per question with a choice readout over its
+// option letters. Errors
 // (flide::Error) name the question index: no options, more than kMaxOptions, a label that is
 // not one token when appended to the prompt.
 Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_text,
