@@ -181,6 +181,12 @@ inline int64_t max_level_chunks(const TreeMeta& meta) {
   return (int64_t(meta.n_tokens) + kChunk - 1) / kChunk + meta.max_level_nodes;
 }
 
+// Blocks of a grid-stride launch over `items`: at most `per_sm` per SM, at least one.
+inline int stride_grid(int64_t items, int sms, int per_sm) {
+  const int64_t cap = int64_t(sms) * per_sm;
+  return int(items < 1 ? 1 : items < cap ? items : cap);
+}
+
 // One per kernel file; each instantiates them for every shape of FLIDE_GDN_SHAPES.
 cudaError_t launch_plan(const GdnArgs& a);
 template <int DK, int DV>

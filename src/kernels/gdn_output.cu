@@ -3,8 +3,6 @@
 // the chunk) and v_new in the workspace. P v_new is the intra-chunk part: row i against the
 // chunk's rows j <= i. The accumulation starts from O and adds P v_new over the chunk's rows in
 // order in fp32, then rounds to bf16 once.
-#include <algorithm>
-
 #include "kernels/gdn_chunk.cuh"
 
 namespace flide::kernels::gdn_detail {
@@ -101,8 +99,7 @@ cudaError_t launch_output(const GdnArgs& a) {
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes);
   if (err != cudaSuccess) return err;
   // About 3 resident blocks per SM, a few waves.
-  const int blocks = int(std::max<int64_t>(
-      1, std::min<int64_t>(max_level_chunks(a.meta) * a.heads_v, int64_t(a.sms) * 6)));
+  const int blocks = stride_grid(max_level_chunks(a.meta) * a.heads_v, a.sms, 6);
   gdn_output_kernel<DK, DV>
       <<<blocks, kThreads, C::kBytes, a.stream>>>(a.out, a.ws, a.heads_v, a.meta);
   return cudaGetLastError();

@@ -33,8 +33,6 @@
 // Chunk rows past a node's end (its last chunk may be short) are zeros in shared memory (k, q, v,
 // beta, g): they change neither the real rows' outputs nor the state, like HF's padding. Those
 // rows are never written back: workspace rows are indexed by stream row.
-#include <algorithm>
-
 #include "kernels/gdn_chunk.cuh"
 
 namespace flide::kernels::gdn_detail {
@@ -546,8 +544,7 @@ cudaError_t launch_prepare(const GdnArgs& a) {
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes);
   if (err != cudaSuccess) return err;
   // Two resident blocks per SM, each walking its items with the next one's loads in flight.
-  const int blocks = int(std::max<int64_t>(
-      1, std::min<int64_t>(max_level_chunks(a.meta) * a.heads_v, int64_t(a.sms) * 2)));
+  const int blocks = stride_grid(max_level_chunks(a.meta) * a.heads_v, a.sms, 2);
   gdn_prepare_kernel<DK, DV><<<blocks, kThreads, C::kBytes, a.stream>>>(
       a.q, a.k, a.v, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
   return cudaGetLastError();

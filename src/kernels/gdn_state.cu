@@ -19,8 +19,6 @@
 //
 // Chunk rows past a node's end are zeros in shared memory (W, q, k, U, gamma and f): they change
 // neither the real rows' outputs nor the state, and they are never written back.
-#include <algorithm>
-
 #include "kernels/gdn_chunk.cuh"
 
 namespace flide::kernels::gdn_detail {
@@ -259,8 +257,8 @@ cudaError_t launch_state(const GdnArgs& a) {
   cudaError_t err = cudaFuncSetAttribute(gdn_state_kernel<DK, DV>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes);
   if (err != cudaSuccess) return err;
-  const int64_t items = int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSplits;
-  const int blocks = int(std::max<int64_t>(1, std::min<int64_t>(items, int64_t(a.sms) * 2)));
+  const int blocks =
+      stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSplits, a.sms, 2);
   gdn_state_kernel<DK, DV><<<blocks, kThreads, C::kBytes, a.stream>>>(
       a.q, a.k, a.state, a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
   return cudaGetLastError();
