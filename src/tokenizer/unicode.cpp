@@ -86,11 +86,12 @@ std::string nfc_utf8proc(std::string_view s) {
   return std::string(reinterpret_cast<const char*>(out), size_t(n));
 }
 
-// Code points below U+0300 (lead bytes < 0xCC) neither decompose nor combine with what precedes
-// them (canonical class 0, NFC_Quick_Check Yes), so there is a normalization boundary before
-// each: NFC maps them to themselves and never looks across them.
-bool is_cold_lead(uint8_t b) {
-  return b < 0xCC;
+// Code points below U+0300 neither decompose nor combine with what precedes them (canonical
+// class 0, NFC_Quick_Check Yes), so there is a normalization boundary before each: NFC maps them
+// to themselves and never looks across them. Their UTF-8 starts with a byte below 0x80 or in
+// 0xC0..0xCB.
+bool starts_cold(uint8_t b) {
+  return b < 0x80 || (b >= 0xC0 && b < 0xCC);
 }
 
 }  // namespace
@@ -103,15 +104,14 @@ std::string nfc(std::string_view s) {
   out.reserve(s.size());
   size_t copied = 0, i = 0;
   while (i < s.size()) {
-    if ((uint8_t(s[i]) & 0xC0) == 0x80 || is_cold_lead(uint8_t(s[i]))) {
+    if (uint8_t(s[i]) < 0xCC) {  // a cold code point's first byte, or any continuation byte
       ++i;
       continue;
     }
     size_t begin = i;  // the run's first hot code point; back up over one code point if any
     if (begin > copied) utf8_prev(s, begin);
-    size_t end = i;
-    while (end < s.size() && ((uint8_t(s[end]) & 0xC0) == 0x80 || !is_cold_lead(uint8_t(s[end]))))
-      ++end;
+    size_t end = i + 1;
+    while (end < s.size() && !starts_cold(uint8_t(s[end]))) ++end;
     out.append(s.substr(copied, begin - copied));
     out += nfc_utf8proc(s.substr(begin, end - begin));
     copied = i = end;
