@@ -102,6 +102,21 @@ struct BadBench {
   const char* message;
 };
 
+// --batch N packs N requests into one round: N times the rows and GEMM work of one.
+TEST(CliBenchTest, BatchPacksRequestsIntoOneRound) {
+  const CliResult r = run_flide("bench --config " + kGoldenConfig +
+                                " --workload race_one --reps 1 --warmup 0 --batch 3 --json "
+                                "--threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json out = single_json_line(r);
+  EXPECT_EQ(out["batch"], 3);
+  ASSERT_EQ(out["runs"].size(), 1u);
+  const json& run = out["runs"][0];
+  EXPECT_EQ(run["tokens"], 3 * 500);
+  expect_sane_run(run);
+  EXPECT_DOUBLE_EQ(run["median_ms_per_request"].get<double>(), run["median_ms"].get<double>() / 3);
+}
+
 TEST(CliBenchTest, MistakesAreNamed) {
   const std::string cfg = "bench --config " + kGoldenConfig;
   const BadBench cases[] = {
@@ -111,6 +126,7 @@ TEST(CliBenchTest, MistakesAreNamed) {
       {cfg + " --workload " + kExamples, "is a text request and needs a tokenizer"},
       {cfg + " --workload race_one --mode sideways", "--mode: unknown mode \"sideways\""},
       {cfg + " --workload race_one --reps 0", "--reps: \"0\" is not a count"},
+      {cfg + " --workload race_one --batch 0", "--batch: \"0\" is not a count"},
       {cfg + " --workload race_one --seed -1", "--seed: \"-1\" is not a non-negative integer"},
       {cfg + " --workload race_one --device tpu", "--device: unknown device \"tpu\""},
       {cfg + " --workload race_one --dtype bf16", "bf16 needs --device cuda"},

@@ -1,8 +1,10 @@
-// `flide bench`: single-request latency of one workload (workloads.h), forked or independent,
+// `flide bench`: the latency of one workload (workloads.h), forked or independent,
 // on a real checkpoint or on random weights of a config's shapes, next to its GEMM-only floor:
 // the time of just the matrix products the same forward performs (Model::gemm_shapes), replayed
 // through Ops::matmul on random data. The gap between the two is what attention, Gated
 // DeltaNet, norms and launch overheads cost on top of the unavoidable GEMMs.
+// --batch N times N such requests (distinct random ids, so distinct trunks) in one round, as
+// the server packs concurrent requests: the throughput side of the same forward.
 //
 // Timing: every round is one Executor::run followed by Ops::synchronize, on a steady clock;
 // warm-up rounds first (allocation, caches, lazy initialisation), then --reps timed rounds,
@@ -36,8 +38,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage =
     R"(usage: flide bench (--model DIR | --config CONFIG.json) --workload W [options]
 
-Times single decision requests and prints tokens computed, the median, p10 and p90 latency,
-and the GEMM-only floor: the time of just the matrix products that forward performs.
+Times decision requests and prints tokens computed, the median, p10 and p90 latency, and
+the GEMM-only floor: the time of just the matrix products that forward performs.
 
 workloads (synthetic: random token ids, fixed shapes; labels read at each question's end):
   race_all      trunk 450 + 4 questions x 50 tokens, 4 labels
@@ -59,6 +61,9 @@ options:
   --mode fork|independent|both
                       fork: context once, questions forked (default); independent: each
                       question on its own; both: one after the other, with their ratio
+  --batch N           N requests of the workload in one round (default: 1), as the server
+                      packs N concurrent requests (synthetic ones with their own random ids,
+                      seeds seed .. seed+N-1); times are per round, plus ms per request
   --reps N            timed rounds (default: 20)
   --warmup N          untimed rounds first (default: 3)
   --seed N            random weights and synthetic token ids (default: 0)
@@ -140,7 +145,7 @@ class GemmRecorder final : public Model {
 struct ModeResult {
   ExecMode mode;
   bool graphs = false;
-  int64_t tokens = 0;   // stream rows of one request
+  int64_t tokens = 0;   // stream rows of one round
   int64_t padding = 0;  // padding rows of its round (graphs: up to the capacity bucket)
   Summary latency;      // ms
   std::vector<GemmShape> gemms;
@@ -149,15 +154,15 @@ struct ModeResult {
   std::string profile;  // the backend's report of the profiled round (--profile)
 };
 
-ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, bool graphs,
-                     int warmup, int reps, bool profile) {
+ModeResult time_mode(Model& model, Ops& ops, const std::vector<Tree>& trees, ExecMode mode,
+                     bool graphs, int warmup, int reps, bool profile) {
   ModeResult result;
   result.mode = mode;
   GemmRecorder recorder(model);
   // The floor's GEMMs are those of the unpadded round (the same token count as the request);
   // an unpadded round never runs as a graph.
   recorder.recording = true;
-  Executor(recorder).run({tree}, mode);
+  Executor(recorder).run(trees, mode);
   recorder.recording = false;
   const RoundPolicy policy = graphs_policy(ops, graphs);
   result.graphs = policy.pad_to_buckets;
@@ -167,7 +172,7 @@ ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, bo
     RunStats stats;
     ops.synchronize();
     const Clock::time_point start = Clock::now();
-    executor.run({tree}, mode, &stats);
+    executor.run(trees, mode, &stats);
     ops.synchronize();
     const double elapsed = ms_since(start);
     if (round >= warmup) ms.push_back(elapsed);
@@ -178,7 +183,7 @@ ModeResult time_mode(Model& model, Ops& ops, const Tree& tree, ExecMode mode, bo
     ops.synchronize();
     ops.set_profiling(false);  // turning it on starts a fresh profile
     ops.set_profiling(true);
-    executor.run({tree}, mode, nullptr);
+    executor.run(trees, mode, nullptr);
     ops.synchronize();
     result.profile = ops.profile_report();
     ops.set_profiling(false);
@@ -283,6 +288,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                                        {"device", true},
                                        {"dtype", true},
                                        {"mode", true},
+                                       {"batch", true},
                                        {"reps", true},
                                        {"warmup", true},
                                        {"seed", true},
@@ -302,6 +308,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const std::vector<ExecMode> modes = parse_modes(args.value("mode"));
   std::vector<bool> graph_settings = parse_graph_settings(args.value("graphs"));
+  const int64_t batch = parse_count(args.value("batch"), "batch", 1, 1, 4096);
   const int reps = parse_count(args.value("reps"), "reps", 20, 1);
   const int warmup = parse_count(args.value("warmup"), "warmup", 3, 0);
   const uint64_t seed = source.seed;
@@ -319,13 +326,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::optional<std::filesystem::path> tokenizer_json;
   if (!random) tokenizer_json = source.path / "tokenizer.json";
   const Workload workload = make_workload(spec, info.vocab_size, seed, tokenizer_json);
+  std::vector<Tree> trees = {workload.tree};
+  for (int64_t i = 1; i < batch; ++i)
+    trees.push_back(make_workload(spec, info.vocab_size, seed + uint64_t(i), tokenizer_json).tree);
 
   if (!loaded.ops->set_graphs(true)) graph_settings = {false};  // a backend without graphs
   std::vector<ModeResult> results;
   for (ExecMode mode : modes)
     for (bool graphs : graph_settings)
-      results.push_back(time_mode(*loaded.model, *loaded.ops, workload.tree, mode, graphs, warmup,
-                                  reps, profile && graphs == graph_settings.front()));
+      results.push_back(time_mode(*loaded.model, *loaded.ops, trees, mode, graphs, warmup, reps,
+                                  profile && graphs == graph_settings.front()));
   GemmFloor floor(*loaded.ops, seed);
   for (ModeResult& r : results) r.floor = floor.time(r.gemms, warmup, reps);
   // Ratios of the last setting timed (graphs on when timed): independent over fork.
@@ -354,6 +364,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                       {"tokens", r.tokens},
                       {"padding_tokens", r.padding},
                       {"median_ms", r.latency.median},
+                      {"median_ms_per_request", r.latency.median / double(batch)},
                       {"p10_ms", r.latency.p10},
                       {"p90_ms", r.latency.p90},
                       {"gemm_floor_ms", r.floor.median},
@@ -370,6 +381,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     out["trunk_tokens"] = workload.trunk_tokens;
     out["branch_tokens"] = workload.branch_tokens;
     out["questions"] = workload.questions;
+    out["batch"] = batch;
     out["warmup"] = warmup;
     out["reps"] = reps;
     out["runs"] = std::move(runs);
@@ -398,6 +410,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
                 std::string(mode_name(r.mode)).c_str(), r.graphs ? "on" : "off", r.tokens,
                 r.padding, r.latency.median, r.latency.p10, r.latency.p90, r.floor.median,
                 r.floor.median > 0 ? r.gemm_flop / (r.floor.median * 1e-3) / 1e12 : 0.0);
+  if (batch > 1)
+    for (const ModeResult& r : results)
+      std::printf("%s, graphs %s: %" PRId64 " requests per round, %.3f ms per request\n",
+                  std::string(mode_name(r.mode)).c_str(), r.graphs ? "on" : "off", batch,
+                  r.latency.median / double(batch));
   if (both)
     std::printf("independent / fork: latency %.2fx, tokens %.2fx\n", latency_ratio, token_ratio);
   print_profiles();
