@@ -145,6 +145,15 @@ std::vector<GdnCase> gdn_cases() {
   // The chunked CUDA kernel against the CPU's token-by-token recurrence.
   for (const TreeCase& tree : tree_cases())
     cases.push_back({tree, {1, 2, 16, 24}, GdnForm::GdnForm_recurrent});
+  // Levels wider than the GPU (70 nodes: more blocks than the kernels' grids, which walk their
+  // items in stride loops), as several requests' trunks in one round are.
+  TreeCase wide{"wide_levels", {}, 10};
+  for (int i = 0; i < 70; ++i)
+    wide.nodes.push_back({-1, 1 + (i * 37) % 150, i % 7 == 0 ? i / 7 : -1, -2, i});
+  for (int i = 0; i < 70; ++i)
+    if (i % 10 != 3) wide.nodes.push_back({i, 1 + (i * 13) % 70});
+  for (GdnShape shape : {GdnShape{1, 2, 16, 24}, GdnShape{2, 4, 128, 128}})
+    cases.push_back({wide, shape});
   // Strong decay: in-chunk cumulative g reaches ~-250, where exp(gamma) underflows in fp32.
   cases.push_back({tree_cases()[2], {1, 2, 16, 24}, GdnForm::GdnForm_chunked, -8.0});
   cases.push_back({tree_cases()[2], {2, 4, 128, 128}, GdnForm::GdnForm_chunked, -8.0});
