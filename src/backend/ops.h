@@ -87,10 +87,6 @@ class Ops {
   virtual void sigmoid_mul(View x, View gate) = 0;
   // out[R, C] = x[out_rows[r]] (Stream::out_rows)
   virtual void gather_rows(View x, View out) = 0;
-  // out[r, :] = x[r, col_begin : col_begin + out.cols] (splitting packed projections)
-  virtual void copy_cols(View x, int64_t col_begin, View out) = 0;
-  // Each row of x [R, D] divided by sqrt(sum(x^2) + eps) (L2 norm; eps inside the sqrt).
-  virtual void l2norm(View x, double eps) = 0;
 
   // ---- gated attention ----
   // qg[R, heads * 2 * hd] holds per head [query(hd) | gate(hd)] -> q[R, heads*hd], gate[R,
@@ -107,11 +103,15 @@ class Ops {
                          int head_dim, double scale) = 0;
 
   // ---- Gated DeltaNet ----
-  // Depthwise causal conv (kernel K = w.cols, no bias) + SiLU over the C = x.cols channels for
-  // the nodes of one tree level. A node's history before its first row is its slot_in window
-  // (zeros without one); a node with slot_out writes its last K-1 inputs (of its whole path).
-  // window: [slots, (K-1) * C], oldest row first. out must not alias x.
-  virtual void causal_conv_silu(View x, View w, View window, View out, int level) = 0;
+  // Depthwise causal conv (kernel K = w.cols, no bias) + SiLU over the C = x.cols = 2 Kd + Vd
+  // channels of the packed projection x [T, C] for the nodes of one tree level, written split:
+  // q [T, Kd] = channels [0, Kd), k [T, Kd] = [Kd, 2 Kd), v [T, Vd] = [2 Kd, C), with every
+  // dim_k-wide head of q and k divided by sqrt(sum(x^2) + eps) (L2 norm, eps inside the sqrt).
+  // A node's history before its first row is its slot_in window (zeros without one); a node with
+  // slot_out writes its last K-1 inputs (of its whole path). window: [slots, (K-1) * C], raw
+  // pre-conv inputs, oldest row first. q, k and v must not overlap x.
+  virtual void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
+                        int level) = 0;
   // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); a, b, g, beta [T, Hv];
   // A_log, dt_bias [1, Hv].
   virtual void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) = 0;

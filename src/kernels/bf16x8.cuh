@@ -1,5 +1,6 @@
-// Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu): 8-element
-// bf16 chunks moved as one 16-byte access, unpacked to fp32 for the arithmetic.
+// Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu) and the
+// Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as one 16-byte access,
+// unpacked to fp32 for the arithmetic; lane-group sums.
 //
 // A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
 // pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's

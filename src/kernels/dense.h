@@ -32,11 +32,6 @@ cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t strea
 // out[r, :] = x[rows[r], :]; out [R, cols]. Works for bf16 and fp32 (elem_bytes 2 or 4).
 cudaError_t gather_rows(const void* x, const int32_t* rows, void* out, int64_t R, int64_t cols,
                         int elem_bytes, cudaStream_t stream);
-// out[r, :] = x[r, col_begin : col_begin + out_cols]
-cudaError_t copy_cols(const bf16* x, int64_t x_cols, int64_t col_begin, bf16* out, int64_t rows,
-                      int64_t out_cols, cudaStream_t stream);
-// x[r] /= sqrt(sum(x[r]^2) + eps), in place
-cudaError_t l2norm(bf16* x, int64_t rows, int64_t dim, float eps, cudaStream_t stream);
 // qg [R, heads * 2 * hd] (per head [query | gate]) -> q, gate [R, heads * hd]
 cudaError_t split_query_gate(const bf16* qg, bf16* q, bf16* gate, int64_t rows, int heads,
                              int head_dim, cudaStream_t stream);

@@ -1,8 +1,9 @@
-// Gated DeltaNet over one tree level: the causal depthwise conv (+ SiLU) with window slots, and
-// the chunked delta rule (chunk 64) with fp32 state slots. Each node of the level starts from its
-// slot_in (zeros without one) and, when it has children, writes slot_out. Node ranges come from
-// meta.level_begin on the device; launch shapes depend only on meta's sizes (n_tokens,
-// max_level_nodes) and the device's SM count, so a call can be graph-captured.
+// Gated DeltaNet over one tree level: the causal depthwise conv (+ SiLU, split into q, k, v, with
+// the q/k L2 norm) with window slots, and the chunked delta rule (chunk 64) with fp32 state
+// slots. Each node of the level starts from its slot_in (zeros without one) and, when it has
+// children, writes slot_out. Node ranges come from meta.level_begin on the device; launch shapes
+// depend only on meta's sizes (n_tokens, max_level_nodes) and the device's SM count, so a call
+// can be graph-captured.
 //
 // gdn_chunked runs four kernels on `stream` (spec qwen3_5.md §4.1, fla's decomposition):
 //   plan    one block lists the level's chunks (node, first row); chunks start at each node's
@@ -33,12 +34,20 @@
 
 namespace flide::kernels {
 
-// x, out [T, C] bf16 (pre-conv qkv, post conv+SiLU); w [C, K] bf16; window [slots, (K-1)*C]
-// bf16, oldest input first. out must not alias x. K <= 8. A node may read and write the same
-// window slot. Any alignment works; 8-byte aligned pointers with C % 4 == 0 are fastest.
-cudaError_t causal_conv_silu(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* window,
-                             __nv_bfloat16* out, int64_t C, int K, int level, const TreeMeta& meta,
-                             cudaStream_t stream);
+// The conv + SiLU of the GDN layer, written split, with the q/k L2 norm as its epilogue:
+// x [T, C] bf16 is the pre-conv projection [q | k | v], C = 2 Kd + Vd with Kd = heads_k * dim_k
+// and Vd = value_dim; w [C, K] bf16; window [slots, (K-1)*C] bf16, raw inputs, oldest first.
+// q, k [T, Kd] and v [T, Vd] bf16 receive the conv's channels [0, Kd), [Kd, 2 Kd), [2 Kd, C),
+// each dim_k-wide head of q and k as y / sqrt(sum(y^2) + eps) with y the SiLU output rounded to
+// bf16 (fp32 sum). No output may overlap x. K <= 8. A node may read and write the same window
+// slot. A key head must fit one warp at the widest vector width the shapes and pointers allow:
+// dim_k <= 32, or <= 64 with dim_k, value_dim even and 4-byte aligned pointers, or <= 128 with
+// both multiples of 4 and 8-byte aligned pointers (the fastest case; dim_k = 128 needs it).
+// Else cudaErrorInvalidValue (shapes) or cudaErrorMisalignedAddress (pointers).
+cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* window,
+                     __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, int heads_k, int dim_k,
+                     int64_t value_dim, int K, float eps, int level, const TreeMeta& meta,
+                     cudaStream_t stream);
 
 // Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
 // meta.n_tokens it is called with): fp32 W [Hv][T][Dk], U [Hv][T][Dv], P [Hv][T][64],

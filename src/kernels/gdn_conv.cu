@@ -1,18 +1,32 @@
-// Causal depthwise conv + SiLU over one tree level (spec qwen3_5.md §4 step 2), the CUDA twin of
-// CpuOps::causal_conv_silu. Memory-bound: every input row is read once and every output row
-// written once, so the level's rows are cut into flat tiles of kRows stream rows and a thread
-// owns kVec (4) adjacent channels of one tile, sliding the K-1 previous inputs through registers.
+// The Gated DeltaNet layer's causal depthwise conv + SiLU over one tree level (spec qwen3_5.md
+// §4 steps 2, 3, 6), the CUDA twin of CpuOps::gdn_conv: the packed projection x [T, 2 Kd + Vd]
+// goes in, q, k [T, Kd] and v [T, Vd] come out, every Dk-wide head of q and k L2-normalised.
+// Memory-bound: every input row is read once and every output row written once, so the level's
+// rows are cut into flat tiles of kRows stream rows and a thread owns kVec (4) adjacent channels
+// of one tile, sliding the K-1 previous inputs through registers.
+//
+// Channels are handed to threads in units of kVec: q and k heads first, each head to an aligned
+// group of `group` lanes (dim_k / kVec rounded up to a power of two, at most a warp; lanes past
+// the head's end idle), then v, kVec channels per lane. For Dk = 128 (every Qwen3.5 size) and
+// kVec = 4 a head is exactly one warp and no lane idles. The L2 norm is the epilogue of each row:
+// the SiLU output is rounded to bf16 (the value an unfused conv would have stored), its squares
+// are summed in fp32 over the group by butterfly shuffles (every lane gets the bitwise-same sum),
+// and the row is scaled by rsqrt(sum + eps) and rounded to bf16 once more. The lanes of a warp
+// walk the same rows (the walk depends only on the tile), so the shuffles are uniform. A head's
+// result depends only on its row and on kVec (the widest the shapes and pointers allow), never
+// on the batch.
 //
 // A tile may hold the tail of one node and the head of the next; a thread walks its rows node
 // by node (token_node). The rows a node reads from its incoming window (its first K-1) are all
 // handled by the thread whose tile holds the node's first row, even when they spill into the
-// next tile, and that same thread writes the node's outgoing window after having read the
-// incoming one: so for each channel exactly one thread touches a node's window slots, and a node
-// may read and write the same slot. The grid is capped and walks its items in a stride loop, so
-// a launch costs the same whatever the level's share of the stream.
+// next tile, and that same thread writes the node's outgoing window (raw pre-conv inputs) after
+// having read the incoming one: so for each channel exactly one thread touches a node's window
+// slots, and a node may read and write the same slot. The grid is capped and walks its items in
+// a stride loop, so a launch costs the same whatever the level's share of the stream.
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/bf16x8.cuh"
 #include "kernels/gdn.h"
 
 namespace flide::kernels {
@@ -35,20 +49,51 @@ __device__ __forceinline__ T greater(T a, T b) {
   return a < b ? b : a;
 }
 
-// kVec bf16 <-> fp32 (exact widening; one round-to-nearest on the way back).
+// kVec raw bf16 values, two to a 32-bit word: conv inputs and window entries are only ever
+// copied or widened exactly, and packed they take half the registers of fp32.
 template <int kVec>
-__device__ __forceinline__ void load_vec(const bf16* p, float (&f)[kVec]) {
+struct Raw {
+  uint32_t h[(kVec + 1) / 2];
+};
+
+template <int kVec>
+__device__ __forceinline__ Raw<kVec> load_raw(const bf16* p) {
+  Raw<kVec> r;
   if constexpr (kVec == 4) {
     const uint2 u = *reinterpret_cast<const uint2*>(p);
-    f[0] = __uint_as_float(u.x << 16), f[1] = __uint_as_float(u.x & 0xffff0000u);
-    f[2] = __uint_as_float(u.y << 16), f[3] = __uint_as_float(u.y & 0xffff0000u);
+    r.h[0] = u.x, r.h[1] = u.y;
   } else if constexpr (kVec == 2) {
-    const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(p);
-    f[0] = __low2float(h);
-    f[1] = __high2float(h);
+    r.h[0] = *reinterpret_cast<const uint32_t*>(p);
   } else {
-    f[0] = __bfloat162float(*p);
+    r.h[0] = __bfloat16_as_ushort(*p);
   }
+  return r;
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_raw(bf16* p, const Raw<kVec>& r) {
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(r.h[0], r.h[1]);
+  } else if constexpr (kVec == 2) {
+    *reinterpret_cast<uint32_t*>(p) = r.h[0];
+  } else {
+    *p = __ushort_as_bfloat16(static_cast<unsigned short>(r.h[0]));
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ Raw<kVec> zero_raw() {
+  Raw<kVec> r;
+#pragma unroll
+  for (int i = 0; i < (kVec + 1) / 2; ++i) r.h[i] = 0u;
+  return r;
+}
+
+// Element v widened to fp32 (exact).
+template <int kVec>
+__device__ __forceinline__ float raw_at(const Raw<kVec>& r, int v) {
+  const uint32_t u = r.h[v / 2];
+  return __uint_as_float(v % 2 == 0 ? u << 16 : u & 0xffff0000u);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -67,44 +112,77 @@ __device__ __forceinline__ void store_vec(bf16* p, const float (&f)[kVec]) {
   }
 }
 
-// grid: min(tiles * channel blocks, cap), stride loop over (tile, channel block) items.
-// K <= 5: 64 registers, >= 1024 threads per SM keep enough loads in flight.
+// Where the channels go (see the file top). Units [0, qk_units) are q and k head lanes,
+// [qk_units, units) v lanes. Row and channel indices fit in 32 bits (the launcher checks);
+// addresses are formed in 64.
+struct Split {
+  int C;         // channels of x and of a window row: 2 Kd + Vd
+  int Kd;        // q and k width: heads_k * dim_k
+  int Vd;        // v width
+  int dim_k;     // key head width (a multiple of kVec)
+  int group;     // lanes per key head: a power of two >= dim_k / kVec, <= 32
+  int qk_units;  // 2 * heads_k * group
+  int units;     // qk_units + Vd / kVec
+};
+
+// grid: min(tiles * unit blocks, cap), stride loop over (tile, unit block) items.
+// K <= 4 (every Qwen3.5 size): 64 registers, >= 1024 threads per SM keep enough loads in flight.
 template <int K, int kVec>
-__global__ void __launch_bounds__(kThreads, K <= 5 ? 8 : 4)
-    conv_silu_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* window,
-                     bf16* __restrict__ out, int64_t C, int level, TreeMeta meta) {
+__global__ void __launch_bounds__(kThreads, K <= 4 ? 8 : 4)
+    gdn_conv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* window,
+                    bf16* __restrict__ q, bf16* __restrict__ k, bf16* __restrict__ v, Split sp,
+                    float eps, int level, TreeMeta meta) {
   constexpr int kHist = K > 1 ? K - 1 : 1;  // register arrays cannot be empty
   const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
   if (nb >= ne) return;
   // Levels occupy contiguous stream rows (backend/stream.h: ordered by level, no gaps).
-  const int64_t r_first = meta.node_offset[nb];
-  const int64_t r_last = int64_t(meta.node_offset[ne - 1]) + meta.node_length[ne - 1];
-  const int64_t tiles = (r_last - r_first + kRows - 1) / kRows;
-  const int64_t cblocks = (C + int64_t(kThreads) * kVec - 1) / (int64_t(kThreads) * kVec);
-  const int64_t win_ld = int64_t(K - 1) * C;
+  const int r_first = meta.node_offset[nb];
+  const int r_last = meta.node_offset[ne - 1] + meta.node_length[ne - 1];
+  const int tiles = (r_last - r_first + kRows - 1) / kRows;
+  const int ublocks = (sp.units + kThreads - 1) / kThreads;
+  const int64_t C = sp.C, win_ld = int64_t(K - 1) * sp.C;
+  const int lane = int(threadIdx.x) % 32;
 
-  for (int64_t item = blockIdx.x; item < tiles * cblocks; item += gridDim.x) {
-    const int64_t c = ((item % cblocks) * kThreads + threadIdx.x) * kVec;
-    if (c >= C) continue;  // no block-wide synchronisation in this kernel
-    const int64_t r_begin = r_first + (item / cblocks) * kRows;
-    const int64_t r_end = lesser<int64_t>(r_begin + kRows, r_last);
+  for (int item = blockIdx.x; item < tiles * ublocks; item += gridDim.x) {
+    const int i = (item % ublocks) * kThreads + int(threadIdx.x);  // this thread's unit
+    // Whole warps drop out (no block-wide synchronisation in this kernel); a warp with any q/k
+    // lane runs the norm's shuffles on all 32 lanes.
+    if (i - lane >= sp.units) continue;
+    const bool norm_warp = i - lane < sp.qk_units;
+    const bool qk = i < sp.qk_units;
+    bool live = i < sp.units;  // owns channels [c, c + kVec)
+    int c = 0, ld = 0;         // first channel in x; row stride of the output
+    bf16* out = nullptr;       // channel c's column of row 0 in q, k or v
+    if (qk) {
+      const int d = (i % sp.group) * kVec;
+      live = d < sp.dim_k;
+      c = live ? i / sp.group * sp.dim_k + d : 0;  // q heads, then k heads
+      out = c < sp.Kd ? q + c : k + (c - sp.Kd);
+      ld = sp.Kd;
+    } else if (live) {
+      c = 2 * sp.Kd + (i - sp.qk_units) * kVec;
+      out = v + (c - 2 * sp.Kd);
+      ld = sp.Vd;
+    }
+    const int r_begin = r_first + item / ublocks * kRows;
+    const int r_end = lesser(r_begin + kRows, r_last);
 
     float wt[K][kVec];  // w[c + v][j]; j = K - 1 multiplies the current row
 #pragma unroll
     for (int v = 0; v < kVec; ++v)
 #pragma unroll
-      for (int j = 0; j < K; ++j) wt[j][v] = __bfloat162float(w[(c + v) * K + j]);
+      for (int j = 0; j < K; ++j) wt[j][v] = live ? __bfloat162float(w[(c + v) * K + j]) : 0.f;
 
-    for (int64_t r = r_begin; r < r_end;) {
+    for (int r = r_begin; r < r_end;) {
       const int n = meta.token_node[r];
       if (n < nb || n >= ne) {  // not expected: the level's rows are contiguous
         ++r;
         continue;
       }
-      const int64_t off = meta.node_offset[n];
+      const int off = meta.node_offset[n];
       const int len = meta.node_length[n];
-      const int u_first = int(r - off);                               // node row of r
-      const int u_tile_end = int(lesser<int64_t>(len, r_end - off));  // node rows in tile
+      const int u_first = r - off;                      // node row of r
+      const int u_tile_end = lesser(len, r_end - off);  // node rows in tile
       // Rows [0, prefix) read the incoming window: the tile holding row 0 does all of them.
       const int prefix = lesser(len, K - 1);
       const int ub = u_first == 0 ? 0 : greater(u_first, prefix);
@@ -114,84 +192,87 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 8 : 4)
 
       // hist[j]: input of node row ub - (K-1) + j; before row 0 from slot_in (or zeros).
       const int slot_in = meta.node_slot_in[n];
-      float hist[kHist][kVec];
+      Raw<kVec> hist[kHist];
 #pragma unroll
       for (int j = 0; j < K - 1; ++j) {
         const int u = ub - (K - 1) + j;
-        if (u >= 0) {
-          load_vec<kVec>(x + (off + u) * C + c, hist[j]);
-        } else if (slot_in >= 0) {
-          load_vec<kVec>(window + slot_in * win_ld + int64_t(K - 1 + u) * C + c, hist[j]);
-        } else {
-#pragma unroll
-          for (int v = 0; v < kVec; ++v) hist[j][v] = 0.f;
-        }
+        hist[j] = !live          ? zero_raw<kVec>()
+                  : u >= 0       ? load_raw<kVec>(x + (off + u) * C + c)
+                  : slot_in >= 0 ? load_raw<kVec>(window + slot_in * win_ld + (K - 1 + u) * C + c)
+                                 : zero_raw<kVec>();
       }
+      const bf16* xp = x + (off + ub) * C + c;
+      bf16* op = out + int64_t(off + ub) * ld;
 #pragma unroll 2
-      for (int u = ub; u < ue; ++u) {
-        float xv[kVec], y[kVec];
-        load_vec<kVec>(x + (off + u) * C + c, xv);
+      for (int u = ub; u < ue; ++u, xp += C, op += ld) {
+        const Raw<kVec> xv = live ? load_raw<kVec>(xp) : zero_raw<kVec>();
+        float y[kVec], sum_sq = 0.f;
 #pragma unroll
         for (int v = 0; v < kVec; ++v) {
           float acc = 0.f;  // same order as the CPU: oldest input first
 #pragma unroll
-          for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * hist[j][v];
-          acc += wt[K - 1][v] * xv[v];
-          y[v] = acc / (1.f + __expf(-acc));  // silu
+          for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * raw_at(hist[j], v);
+          acc += wt[K - 1][v] * raw_at(xv, v);
+          // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the
+          // same way)
+          y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
+          sum_sq = fmaf(y[v], y[v], sum_sq);
         }
-        store_vec<kVec>(out + (off + u) * C + c, y);
+        if (norm_warp) {
+          sum_sq = detail::group_sum_lanes(sum_sq, sp.group);
+          if (qk) {
+            const float s = rsqrtf(sum_sq + eps);
 #pragma unroll
-        for (int j = 0; j + 1 < K - 1; ++j)
-#pragma unroll
-          for (int v = 0; v < kVec; ++v) hist[j][v] = hist[j + 1][v];
-        if constexpr (K > 1) {
-#pragma unroll
-          for (int v = 0; v < kVec; ++v) hist[K - 2][v] = xv[v];
+            for (int v = 0; v < kVec; ++v) y[v] *= s;
+          }
         }
+        if (live) store_vec<kVec>(op, y);
+#pragma unroll
+        for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
+        if constexpr (K > 1) hist[K - 2] = xv;
       }
 
       // Outgoing window: the last K-1 inputs of the node's path, oldest first. When this thread
       // ran to the node's end, hist holds exactly them (incoming-window entries included for a
       // node shorter than K-1); otherwise the node is longer than K-1 and they are rows of x.
       const int slot_out = meta.node_slot_out[n];
-      if (u_first == 0 && slot_out >= 0 && K > 1) {
-        bf16* dst = window + slot_out * win_ld + c;
+      if (live && u_first == 0 && slot_out >= 0 && K > 1) {
+        bf16* wdst = window + slot_out * win_ld + c;
 #pragma unroll
-        for (int j = 0; j < K - 1; ++j) {
-          if (ue == len) {
-            store_vec<kVec>(dst + int64_t(j) * C, hist[j]);
-          } else {
-            float t[kVec];
-            load_vec<kVec>(x + (off + len - (K - 1) + j) * C + c, t);
-            store_vec<kVec>(dst + int64_t(j) * C, t);
-          }
-        }
+        for (int j = 0; j < K - 1; ++j)
+          store_raw<kVec>(
+              wdst + j * C,
+              ue == len ? hist[j] : load_raw<kVec>(x + (off + len - (K - 1) + j) * C + c));
       }
     }
   }
 }
 
 template <int K>
-cudaError_t launch_conv(const bf16* x, const bf16* w, bf16* window, bf16* out, int64_t C, int vec,
-                        int level, const TreeMeta& meta, cudaStream_t stream) {
+cudaError_t launch_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf16* k, bf16* v,
+                        const Split& sp, int vec, float eps, int level, const TreeMeta& meta,
+                        cudaStream_t stream) {
   int device = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess)
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  const int64_t cblocks = (C + int64_t(kThreads) * vec - 1) / (int64_t(kThreads) * vec);
+  const int64_t ublocks = (int64_t(sp.units) + kThreads - 1) / kThreads;
   const int64_t tiles = (int64_t(meta.n_tokens) + kRows - 1) / kRows;
   const int blocks =
-      int(std::max<int64_t>(1, std::min<int64_t>(tiles * cblocks, int64_t(sms) * kBlocksPerSm)));
+      int(std::max<int64_t>(1, std::min<int64_t>(tiles * ublocks, int64_t(sms) * kBlocksPerSm)));
   switch (vec) {
     case 4:
-      conv_silu_kernel<K, 4><<<blocks, kThreads, 0, stream>>>(x, w, window, out, C, level, meta);
+      gdn_conv_kernel<K, 4>
+          <<<blocks, kThreads, 0, stream>>>(x, w, window, q, k, v, sp, eps, level, meta);
       break;
     case 2:
-      conv_silu_kernel<K, 2><<<blocks, kThreads, 0, stream>>>(x, w, window, out, C, level, meta);
+      gdn_conv_kernel<K, 2>
+          <<<blocks, kThreads, 0, stream>>>(x, w, window, q, k, v, sp, eps, level, meta);
       break;
     default:
-      conv_silu_kernel<K, 1><<<blocks, kThreads, 0, stream>>>(x, w, window, out, C, level, meta);
+      gdn_conv_kernel<K, 1>
+          <<<blocks, kThreads, 0, stream>>>(x, w, window, q, k, v, sp, eps, level, meta);
       break;
   }
   return cudaGetLastError();
@@ -203,32 +284,53 @@ bool aligned(const void* p, uintptr_t bytes) {
 
 }  // namespace
 
-cudaError_t causal_conv_silu(const bf16* x, const bf16* w, bf16* window, bf16* out, int64_t C,
-                             int K, int level, const TreeMeta& meta, cudaStream_t stream) {
-  if (K < 1 || K > kMaxKernel || C < 1 || level < 0) return cudaErrorInvalidValue;
+cudaError_t gdn_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf16* k, bf16* v,
+                     int heads_k, int dim_k, int64_t value_dim, int K, float eps, int level,
+                     const TreeMeta& meta, cudaStream_t stream) {
+  const int64_t Kd = int64_t(heads_k) * dim_k, C = 2 * Kd + value_dim;
+  if (K < 1 || K > kMaxKernel || heads_k < 1 || dim_k < 1 || value_dim < 0 || level < 0 ||
+      C > (int64_t(1) << 30))
+    return cudaErrorInvalidValue;
   if (meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
-  // window is only touched when K > 1; x, out and window are addressed in whole vectors.
-  const bool win8 = K == 1 || aligned(window, 8), win4 = K == 1 || aligned(window, 4);
-  const int vec = C % 4 == 0 && aligned(x, 8) && aligned(out, 8) && win8   ? 4
-                  : C % 2 == 0 && aligned(x, 4) && aligned(out, 4) && win4 ? 2
-                                                                           : 1;
+  // A vector may not straddle a head or the q | k | v boundaries, a head takes at most a warp,
+  // and every pointer is addressed in whole vectors (window only when K > 1).
+  auto shape_fits = [&](int vec) {
+    return dim_k % vec == 0 && value_dim % vec == 0 && dim_k / vec <= 32;
+  };
+  auto fits = [&](int vec) {
+    const uintptr_t bytes = uintptr_t(vec) * sizeof(bf16);
+    return shape_fits(vec) && aligned(x, bytes) && aligned(q, bytes) && aligned(k, bytes) &&
+           aligned(v, bytes) && (K == 1 || aligned(window, bytes));
+  };
+  const int vec = fits(4) ? 4 : fits(2) ? 2 : fits(1) ? 1 : 0;
+  if (vec == 0)
+    return shape_fits(4) || shape_fits(2) ? cudaErrorMisalignedAddress : cudaErrorInvalidValue;
+  Split sp;
+  sp.C = int(C);
+  sp.Kd = int(Kd);
+  sp.Vd = int(value_dim);
+  sp.dim_k = dim_k;
+  sp.group = 1;
+  while (sp.group * vec < dim_k) sp.group *= 2;
+  sp.qk_units = 2 * heads_k * sp.group;
+  sp.units = sp.qk_units + sp.Vd / vec;
   switch (K) {
     case 1:
-      return launch_conv<1>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<1>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
     case 2:
-      return launch_conv<2>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<2>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
     case 3:
-      return launch_conv<3>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<3>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
     case 4:
-      return launch_conv<4>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<4>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
     case 5:
-      return launch_conv<5>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<5>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
     case 6:
-      return launch_conv<6>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<6>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
     case 7:
-      return launch_conv<7>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<7>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
     default:
-      return launch_conv<8>(x, w, window, out, C, vec, level, meta, stream);
+      return launch_conv<8>(x, w, window, q, k, v, sp, vec, eps, level, meta, stream);
   }
 }
 

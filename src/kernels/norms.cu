@@ -1,7 +1,7 @@
-// Row norms: rmsnorm (HF Qwen3_5RMSNorm, optional 1 + w), l2norm (fla l2norm, eps inside the
-// sqrt) and gated_rmsnorm (HF Qwen3_5RMSNormGated). One kernel template serves all three: a
-// group of threads owns a row, sums its squares in fp32, and rescales the row it kept in
-// registers; only the per-op epilogue differs.
+// Row norms: rmsnorm (HF Qwen3_5RMSNorm, optional 1 + w) and gated_rmsnorm (HF
+// Qwen3_5RMSNormGated). One kernel template serves both: a group of threads owns a row, sums its
+// squares in fp32, and rescales the row it kept in registers; only the per-op epilogue differs.
+// (The GDN layer's q/k L2 norm is the epilogue of its conv, gdn_conv.cu.)
 //
 // Determinism: the group size depends on dim alone and chunk c of a row always goes to thread
 // c % group, summed in ascending order, then a fixed butterfly / per-warp order. A row's result
@@ -45,21 +45,6 @@ struct RmsNormOp {
 #pragma unroll
     for (int k = 0; k < 8; ++k) y[k] = v[k] * s * (unit_offset ? 1.f + wv[k] : wv[k]);
     store8(out + r * dim + e, dim - e, vec, y);
-  }
-};
-
-struct L2NormOp {
-  bf16* x;  // [rows, dim], in place
-  float eps;
-
-  __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
-  __device__ float scale(float sum_sq, int64_t) const { return rsqrtf(sum_sq + eps); }
-  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
-                         float s) const {
-    float y[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) y[k] = v[k] * s;
-    store8(x + r * dim + e, dim - e, vec, y);
   }
 };
 
@@ -179,11 +164,6 @@ cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64
   const bool vec =
       dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(out);
   return launch_norm(RmsNormOp{x, w, out, eps, unit_offset}, rows, dim, vec, stream);
-}
-
-cudaError_t l2norm(bf16* x, int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
-  const bool vec = dim % 8 == 0 && detail::aligned16(x);
-  return launch_norm(L2NormOp{x, eps}, rows, dim, vec, stream);
 }
 
 cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out, int64_t rows,

@@ -1,8 +1,8 @@
-// Row and column copies: embedding lookup, gathering out rows, slicing packed projections and
-// splitting the per-head [query | gate] halves. All four are one strided row copy, out row r =
-// bytes [0, n) of source row src_rows ? src_rows[r] : r, done as raw bytes in the widest unit
-// (16, 8, 4, 2 or 1 bytes) that divides every address, stride and length involved, so that
-// awkward widths (head_dim 12, 24 or 40) still copy with the widest access their layout allows.
+// Row and column copies: embedding lookup, gathering out rows and splitting the per-head
+// [query | gate] halves. All three are one strided row copy, out row r = bytes [0, n) of source
+// row src_rows ? src_rows[r] : r, done as raw bytes in the widest unit (16, 8, 4, 2 or 1 bytes)
+// that divides every address, stride and length involved, so that awkward widths (head_dim 12,
+// 24 or 40) still copy with the widest access their layout allows.
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
 
@@ -80,13 +80,6 @@ cudaError_t gather_rows(const void* x, const int32_t* rows, void* out, int64_t R
   const int64_t row_bytes = cols * elem_bytes;
   const CopyJob job{static_cast<const char*>(x), static_cast<char*>(out)};
   return copy_rows(&job, 1, rows, R, row_bytes, row_bytes, row_bytes, stream);
-}
-
-cudaError_t copy_cols(const bf16* x, int64_t x_cols, int64_t col_begin, bf16* out, int64_t rows,
-                      int64_t out_cols, cudaStream_t stream) {
-  constexpr int64_t e = sizeof(bf16);
-  const CopyJob job{reinterpret_cast<const char*>(x + col_begin), reinterpret_cast<char*>(out)};
-  return copy_rows(&job, 1, nullptr, rows, x_cols * e, out_cols * e, out_cols * e, stream);
 }
 
 // Viewed as [rows * heads, 2 * head_dim] -> two [rows * heads, head_dim] column slices.

@@ -247,16 +247,9 @@ class Qwen35Model final : public Model {
     // Slots hold each parent node's conv window and recurrent state for its children.
     View window = ops_.scratch(std::max(s.n_slots, 1), (K - 1) * C);
     View state = ops_.scratch_f32(std::max(s.n_slots, 1), int64_t(Hv) * Dk * Dv);
-    View conv = ops_.scratch(T, C);
-    for (int level = 0; level < s.n_levels(); ++level)
-      ops_.causal_conv_silu(qkv, w.conv, window, conv, level);
-
     View q = ops_.scratch(T, Kd), k = ops_.scratch(T, Kd), v = ops_.scratch(T, Vd);
-    ops_.copy_cols(conv, 0, q);
-    ops_.copy_cols(conv, Kd, k);
-    ops_.copy_cols(conv, 2 * Kd, v);
-    ops_.l2norm(q.reshaped(Dk), 1e-6);
-    ops_.l2norm(k.reshaped(Dk), 1e-6);
+    for (int level = 0; level < s.n_levels(); ++level)
+      ops_.gdn_conv(qkv, w.conv, window, q, k, v, Dk, 1e-6, level);
     View g = ops_.scratch_f32(T, Hv), beta = ops_.scratch_f32(T, Hv);
     ops_.gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
 

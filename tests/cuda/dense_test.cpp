@@ -1,7 +1,7 @@
 // Token-wise ops and the readout on the CUDA backend against the CPU float64 backend, on the
 // same bf16-exact random inputs (cuda_test_util.h): embed, rmsnorm, matmul (cuBLASLt, bf16 and
 // f32 outputs, odd and badly aligned shapes), add, silu_mul, sigmoid_mul, gather_rows,
-// copy_cols, l2norm, select_logits. Outputs start as NaN on both sides.
+// select_logits. Outputs start as NaN on both sides.
 #include <random>
 #include <tuple>
 
@@ -49,15 +49,6 @@ TEST_P(CudaNorm, RmsnormBothOffsetsAndInPlace) {
   auto y = p.put(R, C, random_floats(gen, R * C, -3, 3));  // in place, as the q/k norms run
   p.both([&](Ops& ops, auto v) { ops.rmsnorm(v(y), v(w), v(y), 1e-6, true); });
   expect_rms("rmsnorm", p.got(y), p.ref(y), kTolBf16, "in place");
-}
-
-TEST_P(CudaNorm, L2norm) {
-  const auto [R, C] = GetParam();
-  std::mt19937 gen{uint32_t(R * 17 + C)};
-  Pair p;
-  auto x = p.put(R, C, random_floats(gen, R * C, -1, 1));
-  p.both([&](Ops& ops, auto v) { ops.l2norm(v(x), 1e-6); });
-  expect_rms("l2norm", p.got(x), p.ref(x), kTolBf16, cat("[", R, ", ", C, "]"));
 }
 
 TEST_P(CudaNorm, GatedRmsnorm) {
@@ -187,20 +178,6 @@ TEST_F(CudaDense, GatherRowsBf16AndF32Exactly) {
       expect_exact(f32 ? "gather_rows f32" : "gather_rows bf16", p.got(out), p.ref(out),
                    cat("cols ", C));
     }
-  }
-}
-
-TEST_F(CudaDense, CopyColsExactly) {
-  std::mt19937 gen(4);
-  Pair p;
-  const int64_t R = 67, C = 80;
-  auto x = p.put(R, C, random_floats(gen, R * C, -5, 5));
-  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 16}, {16, 16}, {32, 48},
-                                                           {3, 1},  {79, 1},  {0, 80}};
-  for (const auto& [begin, width] : ranges) {
-    auto out = p.poison(R, width);
-    p.both([&](Ops& ops, auto v) { ops.copy_cols(v(x), begin, v(out)); });
-    expect_exact("copy_cols", p.got(out), p.ref(out), cat("cols [", begin, ", +", width, ")"));
   }
 }
 

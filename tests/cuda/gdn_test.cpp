@@ -1,10 +1,10 @@
 // Gated DeltaNet ops on the CUDA backend against the CPU float64 backend, level by level over
-// the shared tree streams (the model's call pattern): causal_conv_silu (kernel 4, with initial
-// and fresh window slots), gdn_gates, and the delta rule with Dk x Dv = 16x24, 8x12 (the
-// golden_gqa checkpoint) and 128x128 (the real models), grouped value heads, initial state
-// slots and in-place slots. The CUDA backend runs the chunked kernel for both forms, so the
-// recurrent case checks it against the CPU's token-by-token recurrence. Outputs, windows and
-// fresh slots start as NaN on both sides.
+// the shared tree streams (the model's call pattern): gdn_conv (kernel 4, with initial and fresh
+// window slots, key heads of 8 to 128 channels), gdn_gates, and the delta rule with Dk x Dv =
+// 16x24, 8x12 (the golden_gqa checkpoint) and 128x128 (the real models), grouped value heads,
+// initial state slots and in-place slots. The CUDA backend runs the chunked kernel for both
+// forms, so the recurrent case checks it against the CPU's token-by-token recurrence. Outputs,
+// windows and fresh slots start as NaN on both sides.
 #include <random>
 #include <tuple>
 
@@ -29,14 +29,22 @@ Vec first_slots(const Vec& all, int n, int64_t cols) {
   return Vec(all.begin(), all.begin() + int64_t(n) * cols);
 }
 
-// ---- causal conv + SiLU ----
+// ---- causal conv + SiLU, split into q, k, v, q/k L2 norm ----
 
-class CudaConv : public CudaTestWithParam<std::tuple<TreeCase, int64_t>> {};
+struct ConvShape {
+  int heads_k, dim_k, value_dim;
+};
+void PrintTo(const ConvShape& c, std::ostream* os) {
+  *os << c.heads_k << "x" << c.dim_k << " v" << c.value_dim;
+}
+
+class CudaConv : public CudaTestWithParam<std::tuple<TreeCase, ConvShape>> {};
 
 TEST_P(CudaConv, LevelByLevel) {
-  const auto& [tree, C] = GetParam();
+  const auto& [tree, sh] = GetParam();
+  const int64_t Dk = sh.dim_k, Kd = sh.heads_k * Dk, Vd = sh.value_dim, C = 2 * Kd + Vd;
   const int64_t K = 4, W = (K - 1) * C;
-  std::mt19937 gen{uint32_t(tree.nodes.size() * 31 + C)};
+  std::mt19937 gen{uint32_t(tree.nodes.size() * 31 + C + Dk)};
   const Stream s = build_stream(tree.nodes, tree.n_initial_slots, gen);
   const int64_t T = s.n_tokens(), slots = std::max(s.n_slots, 1);
   Pair p;
@@ -44,22 +52,35 @@ TEST_P(CudaConv, LevelByLevel) {
   auto x = p.put(T, C, random_floats(gen, T * C, -2, 2));
   auto w = p.put(C, K, random_floats(gen, C * K, -1, 1));
   auto window = p.put(slots, W, initial_slots(gen, s, tree.n_initial_slots, W, -2, 2));
-  auto out = p.poison(T, C);
+  auto q = p.poison(T, Kd), k = p.poison(T, Kd), v = p.poison(T, Vd);
   for (int level = 0; level < s.n_levels(); ++level)
-    p.both([&](Ops& ops, auto v) { ops.causal_conv_silu(v(x), v(w), v(window), v(out), level); });
-  const std::string context = cat(tree.name, " C ", C);
-  expect_rms("causal_conv_silu", p.got(out), p.ref(out), kTolBf16, context);
+    p.both([&](Ops& ops, auto b) {
+      ops.gdn_conv(b(x), b(w), b(window), b(q), b(k), b(v), int(Dk), 1e-6, level);
+    });
+  const std::string context = cat(tree.name, " ", sh.heads_k, "x", Dk, " v", Vd);
+  // q and k: the SiLU output is rounded to bf16 before the norm and the result once more.
+  expect_rms("gdn_conv q", p.got(q), p.ref(q), kTolBf16, context);
+  expect_rms("gdn_conv k", p.got(k), p.ref(k), kTolBf16, context);
+  expect_rms("gdn_conv v", p.got(v), p.ref(v), kTolBf16, context);
   // Windows hold copies of bf16 inputs: identical bits (unwritten slots stay NaN on both).
-  expect_exact("causal_conv_silu window", p.got(window), p.ref(window), context);
+  expect_exact("gdn_conv window", p.got(window), p.ref(window), context);
 }
 
-INSTANTIATE_TEST_SUITE_P(Trees, CudaConv,
-                         ::testing::Combine(::testing::ValuesIn(tree_cases()),
-                                            ::testing::Values(int64_t(37), int64_t(96),
-                                                              int64_t(1024))),
-                         [](const auto& info) {
-                           return cat(std::get<0>(info.param).name, "_C", std::get<1>(info.param));
-                         });
+// Key heads of 128 (every Qwen3.5 size: a head is one warp of 4-channel lanes), among them the
+// 0.8B/2B layer (16 heads, Vd 2048); the test checkpoints' 8 and 16 (golden_gqa, shipped model);
+// 12 and 24 (heads padded to 4 and 8 lanes); 16 with an odd value width (1 channel a lane) and 24
+// with an even one (2 channels a lane, a head padded to 16 lanes).
+INSTANTIATE_TEST_SUITE_P(
+    Trees, CudaConv,
+    ::testing::Combine(::testing::ValuesIn(tree_cases()),
+                       ::testing::Values(ConvShape{4, 128, 512}, ConvShape{16, 128, 2048},
+                                         ConvShape{2, 8, 72}, ConvShape{2, 16, 96},
+                                         ConvShape{3, 12, 24}, ConvShape{1, 24, 40},
+                                         ConvShape{2, 16, 37}, ConvShape{1, 24, 38})),
+    [](const auto& info) {
+      const ConvShape c = std::get<1>(info.param);
+      return cat(std::get<0>(info.param).name, "_h", c.heads_k, "x", c.dim_k, "v", c.value_dim);
+    });
 
 // ---- gates ----
 

@@ -165,10 +165,19 @@ TEST_F(CudaMemory, ChecksDtypesShapesAndTheStream) {
   EXPECT_THROW(ops->set_stream(bad), Error);
   ops->set_stream(s);
   EXPECT_THROW(ops->embed(ops->alloc(5, 8), ops->alloc(s.n_tokens(), 8)), Error);  // id >= 5
-  EXPECT_THROW(ops->causal_conv_silu(ops->alloc(s.n_tokens(), 8), ops->alloc(8, 4),
-                                     ops->alloc(std::max(s.n_slots, 1), 24),
-                                     ops->alloc(s.n_tokens(), 8), s.n_levels()),
+  const int64_t T = s.n_tokens();
+  View qkv = ops->alloc(T, 8), conv_w = ops->alloc(8, 4);
+  View window = ops->alloc(std::max(s.n_slots, 1), 24);
+  View q = ops->alloc(T, 2), k = ops->alloc(T, 2), v = ops->alloc(T, 4);
+  EXPECT_THROW(ops->gdn_conv(qkv, conv_w, window, q, k, v, 2, 1e-6, s.n_levels()),
                Error);  // no such level
+  EXPECT_THROW(ops->gdn_conv(qkv, conv_w, window, q, k, ops->alloc(T, 3), 2, 1e-6, 0),
+               Error);  // x is not [q | k | v]
+  EXPECT_THROW(ops->gdn_conv(qkv, conv_w, window, q, k, v, 4, 1e-6, 0), Error);  // dim_k > Kd
+  EXPECT_THROW(
+      ops->gdn_conv(qkv, conv_w, window, View{qkv.data, T, 2, qkv.dtype}, k, v, 2, 1e-6, 0),
+      Error);  // q inside x
+  EXPECT_NO_THROW(ops->gdn_conv(qkv, conv_w, window, q, k, v, 2, 1e-6, 0));
   ops->synchronize();
 }
 

@@ -178,8 +178,6 @@ class MatmulRecorder final : public Ops {
   void silu_mul(View g, View u, View o) override { in_.silu_mul(g, u, o); }
   void sigmoid_mul(View x, View g) override { in_.sigmoid_mul(x, g); }
   void gather_rows(View x, View o) override { in_.gather_rows(x, o); }
-  void copy_cols(View x, int64_t b, View o) override { in_.copy_cols(x, b, o); }
-  void l2norm(View x, double e) override { in_.l2norm(x, e); }
   void split_query_gate(View qg, View q, View g, int h, int d) override {
     in_.split_query_gate(qg, q, g, h, d);
   }
@@ -187,8 +185,9 @@ class MatmulRecorder final : public Ops {
   void attention(View q, View k, View v, View o, Rows w, int hq, int hk, int d, double s) override {
     in_.attention(q, k, v, o, w, hq, hk, d, s);
   }
-  void causal_conv_silu(View x, View w, View win, View o, int l) override {
-    in_.causal_conv_silu(x, w, win, o, l);
+  void gdn_conv(View x, View w, View win, View q, View k, View v, int dk, double e,
+                int l) override {
+    in_.gdn_conv(x, w, win, q, k, v, dk, e, l);
   }
   void gdn_gates(View a, View b, View A, View dt, View g, View beta) override {
     in_.gdn_gates(a, b, A, dt, g, beta);

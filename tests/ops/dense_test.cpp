@@ -1,5 +1,5 @@
 // Token-wise ops against float64 loops: embed, rmsnorm, matmul, add, silu_mul, sigmoid_mul,
-// gather_rows, copy_cols, l2norm; f32 and f64 backends over a grid of odd shapes.
+// gather_rows; f32 and f64 backends over a grid of odd shapes.
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -117,37 +117,6 @@ TEST_P(DenseTest, GatherRows) {
   View out = dev.poison(int64_t(s.out_rows.size()), C());
   dev.ops().gather_rows(dev.put(R(), C(), x), out);
   EXPECT_EQ(rel_err(dev.get(out), gather(widen(x), C(), s.out_rows)), 0.0);
-}
-
-TEST_P(DenseTest, CopyCols) {
-  auto gen = rng(11);
-  const int64_t wide = C() + 5;
-  const auto x = random_floats(gen, R() * wide, -1, 1);
-  for (int64_t begin : {int64_t(0), int64_t(2), int64_t(5)}) {
-    Device dev(dtype());
-    View out = dev.poison(R(), C());
-    dev.ops().copy_cols(dev.put(R(), wide, x), begin, out);
-    Vec ref;
-    for (int64_t r = 0; r < R(); ++r)
-      for (int64_t c = 0; c < C(); ++c) ref.push_back(x[r * wide + begin + c]);
-    EXPECT_EQ(rel_err(dev.get(out), ref), 0.0) << "begin " << begin;
-  }
-}
-
-TEST_P(DenseTest, L2Norm) {
-  auto gen = rng(12);
-  const auto x = random_floats(gen, R() * C(), -1, 1);
-  const double eps = 1e-6;
-  Device dev(dtype());
-  View xv = dev.put(R(), C(), x);
-  dev.ops().l2norm(xv, eps);
-  Vec ref(x.size());
-  for (int64_t r = 0; r < R(); ++r) {
-    double sum_sq = 0;
-    for (int64_t c = 0; c < C(); ++c) sum_sq += double(x[r * C() + c]) * x[r * C() + c];
-    for (int64_t c = 0; c < C(); ++c) ref[r * C() + c] = x[r * C() + c] / std::sqrt(sum_sq + eps);
-  }
-  expect_close("l2norm", dtype(), dev.get(xv), ref, tol(dtype()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, DenseTest,

@@ -5,10 +5,10 @@
 // by area, each ending with explicit instantiations for float and double:
 //   cpu_ops.cpp    construction, the persistent and scratch arenas, transfers, the stream
 //                  (validated once per round, so that the ops index it without checks)
-//   dense.cpp      embed, rmsnorm, matmul, add, silu_mul, sigmoid_mul, gather_rows, copy_cols,
-//                  l2norm
+//   dense.cpp      embed, rmsnorm, matmul, add, silu_mul, sigmoid_mul, gather_rows
 //   attention.cpp  split_query_gate, rope, tree attention
-//   gdn.cpp        causal_conv_silu, gdn_gates, gdn (chunked and recurrent), gated_rmsnorm
+//   gdn.cpp        gdn_conv (conv + SiLU, split, q/k L2 norm), gdn_gates, gdn (chunked and
+//                  recurrent), gated_rmsnorm
 //   readout.cpp    select_logits
 #pragma once
 
@@ -65,15 +65,14 @@ class CpuOps final : public Ops {
   void silu_mul(View gate, View up, View out) override;
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
-  void copy_cols(View x, int64_t col_begin, View out) override;
-  void l2norm(View x, double eps) override;
 
   void split_query_gate(View qg, View q, View gate, int heads, int head_dim) override;
   void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) override;
   void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                  int head_dim, double scale) override;
 
-  void causal_conv_silu(View x, View w, View window, View out, int level) override;
+  void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
+                int level) override;
   void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) override;
   void gdn(View q, View k, View v, View g, View beta, View state, View out, int level, int heads_k,
            int heads_v, int dim_k, int dim_v, GdnForm form) override;

@@ -1,5 +1,4 @@
-// Token-wise ops: embedding lookup, norms, GEMM (OpenBLAS), elementwise gates, row and column
-// copies.
+// Token-wise ops: embedding lookup, RMSNorm, GEMM (OpenBLAS), elementwise gates, row gathers.
 // Reductions (sum of squares) accumulate in T, as HF does in fp32 for an fp32 model.
 #include <cblas.h>
 
@@ -102,33 +101,6 @@ void CpuOps<T>::gather_rows(View x, View out) {
   }
 }
 
-template <typename T>
-void CpuOps<T>::copy_cols(View x, int64_t col_begin, View out) {
-  FLIDE_CHECK(out.rows == x.rows && col_begin >= 0 && col_begin + out.cols <= x.cols, "x [", x.rows,
-              ", ", x.cols, "] cols [", col_begin, ", +", out.cols, ") out rows ", out.rows);
-  const int64_t C = out.cols;
-#pragma omp parallel for num_threads(threads_)
-  for (int64_t r = 0; r < x.rows; ++r) {
-    const T* src = ptr(x) + r * x.cols + col_begin;
-    T* dst = ptr(out) + r * C;
-    for (int64_t c = 0; c < C; ++c) dst[c] = src[c];
-  }
-}
-
-// HF l2norm (fla): x * rsqrt(sum(x^2) + eps).
-template <typename T>
-void CpuOps<T>::l2norm(View x, double eps) {
-  const int64_t C = x.cols;
-#pragma omp parallel for num_threads(threads_)
-  for (int64_t r = 0; r < x.rows; ++r) {
-    T* xr = ptr(x) + r * C;
-    T sum_sq = 0;
-    for (int64_t c = 0; c < C; ++c) sum_sq += xr[c] * xr[c];
-    const T inv = T(1) / std::sqrt(sum_sq + T(eps));
-    for (int64_t c = 0; c < C; ++c) xr[c] *= inv;
-  }
-}
-
 #define FLIDE_INSTANTIATE(T)                                        \
   template void CpuOps<T>::embed(View, View);                       \
   template void CpuOps<T>::rmsnorm(View, View, View, double, bool); \
@@ -136,9 +108,7 @@ void CpuOps<T>::l2norm(View x, double eps) {
   template void CpuOps<T>::add(View, View);                         \
   template void CpuOps<T>::silu_mul(View, View, View);              \
   template void CpuOps<T>::sigmoid_mul(View, View);                 \
-  template void CpuOps<T>::gather_rows(View, View);                 \
-  template void CpuOps<T>::copy_cols(View, int64_t, View);          \
-  template void CpuOps<T>::l2norm(View, double);
+  template void CpuOps<T>::gather_rows(View, View);
 FLIDE_INSTANTIATE(float)
 FLIDE_INSTANTIATE(double)
 #undef FLIDE_INSTANTIATE

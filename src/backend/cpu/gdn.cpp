@@ -1,11 +1,13 @@
-// Gated DeltaNet pieces: the causal depthwise conv + SiLU, the gates, the delta rule in both
-// HF forms (torch_recurrent_gated_delta_rule and torch_chunk_gated_delta_rule, spec §4, §4.1)
-// and the gated RMSNorm. Conv and delta rule run one tree level per call: each node starts from
-// its slot_in window / state (its parent's, written by an earlier level) and, when it has
-// children, leaves its own in slot_out. Nodes run in parallel with each other (set_stream has
-// checked that no node of the level writes a slot another one reads).
+// Gated DeltaNet pieces: the causal depthwise conv + SiLU (written split into q, k, v, with q
+// and k L2-normalised per head), the gates, the delta rule in both HF forms
+// (torch_recurrent_gated_delta_rule and torch_chunk_gated_delta_rule, spec §4, §4.1) and the
+// gated RMSNorm. Conv and delta rule run one tree level per call: each node starts from its
+// slot_in window / state (its parent's, written by an earlier level) and, when it has children,
+// leaves its own in slot_out. Nodes (for the conv, rows) run in parallel with each other
+// (set_stream has checked that no node of the level writes a slot another one reads).
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -175,43 +177,85 @@ void gdn_chunked_head(const GdnHead<T>& h, int64_t begin, int64_t end, T* S) {
 
 }  // namespace
 
-// out[t][c] = silu(sum_j w[c][j] * x_{t-K+1+j}[c]); rows before a node's first row come from its
-// slot_in window (oldest first), zeros without one. The window a node leaves is the last K-1
-// inputs of its whole path: its own rows, preceded by the tail of its incoming window when the
-// node is shorter than K-1. Each channel keeps its incoming window in `prev` before anything is
-// written, so a node may read and write the same slot.
+// c[t][ch] = silu(sum_j w[ch][j] * x_{t-K+1+j}[ch]), split into q | k | v; then HF's l2norm
+// (fla, use_qk_l2norm_in_kernel) x * rsqrt(sum(x^2) + eps) on every Dk-wide head of q and k.
+// Rows before a node's first row come from its slot_in window (oldest first), zeros without one.
+// The level's rows run in parallel and only read windows; the windows its nodes leave (the last
+// K-1 inputs of the node's whole path: its own rows, preceded by the tail of its incoming window
+// when the node is shorter than K-1) are written afterwards, each channel keeping its incoming
+// window in `prev` first, so a node may read and write the same slot.
 template <typename T>
-void CpuOps<T>::causal_conv_silu(View x, View w, View window, View out, int level) {
-  const int64_t C = x.cols, K = w.cols;
-  FLIDE_CHECK(w.rows == C && out.rows == x.rows && out.cols == C && x.rows == stream_.n_tokens(),
-              "x [", x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ",
-              out.cols, "]");
+void CpuOps<T>::gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
+                         int level) {
+  const int64_t C = x.cols, K = w.cols, Kd = q.cols, Vd = v.cols, Dk = dim_k;
+  const int64_t T_rows = stream_.n_tokens();
+  FLIDE_CHECK(Dk > 0 && Kd % Dk == 0 && k.cols == Kd && C == 2 * Kd + Vd, "x cols ", C, " q ",
+              q.cols, " k ", k.cols, " v ", v.cols, " dim_k ", Dk, " (x must be [q | k | v])");
+  FLIDE_CHECK(
+      x.rows == T_rows && q.rows == T_rows && k.rows == T_rows && v.rows == T_rows && w.rows == C,
+      "rows x ", x.rows, " q ", q.rows, " k ", k.rows, " v ", v.rows, " stream ", T_rows, "; w [",
+      w.rows, ", ", w.cols, "]");
   FLIDE_CHECK(K >= 1 && K <= kMaxConvKernel, "kernel ", K);
   FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= stream_.n_slots, "window [", window.rows,
               ", ", window.cols, "]");
-  FLIDE_CHECK(out.data != x.data, "the conv cannot run in place");
+  auto overlaps_x = [&](const View& out) {
+    const T* b = ptr(out);
+    return b < ptr(x) + x.size() && ptr(x) < b + out.size();
+  };
+  FLIDE_CHECK(!overlaps_x(q) && !overlaps_x(k) && !overlaps_x(v),
+              "q, k and v must not overlap x (the conv cannot run in place)");
   int32_t n_begin, n_end;
   level_range(level, &n_begin, &n_end);
+  if (n_begin == n_end) return;
+  // The level's nodes hold rows in [r_begin, r_end) (offsets increase with the node index).
+  const int64_t r_begin = stream_.nodes[n_begin].offset;
+  const int64_t r_end = stream_.nodes[n_end - 1].offset + stream_.nodes[n_end - 1].length;
+  const int64_t W = window.cols;
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const int32_t n = stream_.token_node[r];
+    if (n < n_begin || n >= n_end) continue;
+    const StreamNode& node = stream_.nodes[n];
+    const int64_t s = r - node.offset;  // row in the node
+    const T* win = node.slot_in >= 0 ? ptr(window) + node.slot_in * W : nullptr;
+    T* qr = ptr(q) + r * Kd;
+    T* kr = ptr(k) + r * Kd;
+    T* vr = ptr(v) + r * Vd;
+    for (int64_t c = 0; c < C; ++c) {
+      const T* wc = ptr(w) + c * K;
+      T sum = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t u = s - (K - 1) + j;  // input row relative to the node's first row
+        const T in = u >= 0 ? ptr(x)[(node.offset + u) * C + c]
+                     : win  ? win[(K - 1 + u) * C + c]
+                            : T(0);
+        sum += wc[j] * in;
+      }
+      (c < Kd ? qr[c] : c < 2 * Kd ? kr[c - Kd] : vr[c - 2 * Kd]) = silu(sum);
+    }
+    for (T* row : {qr, kr}) {
+      for (int64_t h = 0; h < Kd; h += Dk) {
+        T* head = row + h;
+        T sum_sq = 0;
+        for (int64_t d = 0; d < Dk; ++d) sum_sq += head[d] * head[d];
+        const T inv = T(1) / std::sqrt(sum_sq + T(eps));
+        for (int64_t d = 0; d < Dk; ++d) head[d] *= inv;
+      }
+    }
+  }
+  if (K == 1) return;  // no window
 #pragma omp parallel for collapse(2) num_threads(threads_)
   for (int32_t n = n_begin; n < n_end; ++n) {
     for (int64_t c = 0; c < C; ++c) {
       const StreamNode& node = stream_.nodes[n];
-      const int64_t len = node.length;
-      auto input = [&](int64_t u, const T* prev) {  // u: row relative to the node's first row
-        return u >= 0 ? ptr(x)[(node.offset + u) * C + c] : prev[K - 1 + u];
-      };
+      if (node.slot_out < 0) continue;
       T prev[kMaxConvKernel];
       for (int64_t j = 0; j < K - 1; ++j)
-        prev[j] = node.slot_in >= 0 ? ptr(window)[node.slot_in * window.cols + j * C + c] : T(0);
-      const T* wc = ptr(w) + c * K;
-      for (int64_t s = 0; s < len; ++s) {
-        T sum = 0;
-        for (int64_t j = 0; j < K; ++j) sum += wc[j] * input(s - (K - 1) + j, prev);
-        ptr(out)[(node.offset + s) * C + c] = silu(sum);
-      }
-      if (node.slot_out >= 0) {
-        T* dst = ptr(window) + node.slot_out * window.cols;
-        for (int64_t j = 0; j < K - 1; ++j) dst[j * C + c] = input(len - (K - 1) + j, prev);
+        prev[j] = node.slot_in >= 0 ? ptr(window)[node.slot_in * W + j * C + c] : T(0);
+      T* dst = ptr(window) + node.slot_out * W;
+      for (int64_t j = 0; j < K - 1; ++j) {
+        const int64_t u = node.length - (K - 1) + j;
+        dst[j * C + c] = u >= 0 ? ptr(x)[(node.offset + u) * C + c] : prev[K - 1 + u];
       }
     }
   }
@@ -307,7 +351,7 @@ void CpuOps<T>::gated_rmsnorm(View o, View z, View w, View out, double eps) {
 }
 
 #define FLIDE_INSTANTIATE(T)                                                                      \
-  template void CpuOps<T>::causal_conv_silu(View, View, View, View, int);                         \
+  template void CpuOps<T>::gdn_conv(View, View, View, View, View, View, int, double, int);        \
   template void CpuOps<T>::gdn_gates(View, View, View, View, View, View);                         \
   template void CpuOps<T>::gdn(View, View, View, View, View, View, View, int, int, int, int, int, \
                                GdnForm);                                                          \

@@ -122,24 +122,6 @@ void CudaOps::gather_rows(View x, View out) {
            "gather_rows");
 }
 
-void CudaOps::copy_cols(View x, int64_t col_begin, View out) {
-  FLIDE_CHECK(out.rows == x.rows && col_begin >= 0 && col_begin + out.cols <= x.cols,
-              "cuda copy_cols: x [", x.rows, ", ", x.cols, "] cols [", col_begin, ", +", out.cols,
-              ") out rows ", out.rows);
-  const bf16* xp = as_bf16(x, "copy_cols", "x");
-  bf16* op = as_bf16(out, "copy_cols", "out");
-  if (out.size() == 0) return;
-  if (!op_begin({x, out}, {col_begin})) return;
-  launched(kernels::copy_cols(xp, x.cols, col_begin, op, x.rows, out.cols, stream_), "copy_cols");
-}
-
-void CudaOps::l2norm(View x, double eps) {
-  bf16* xp = as_bf16(x, "l2norm", "x");
-  if (x.size() == 0) return;
-  if (!op_begin({x})) return;
-  launched(kernels::l2norm(xp, x.rows, x.cols, float(eps), stream_), "l2norm");
-}
-
 // ---- gated attention ----
 
 void CudaOps::split_query_gate(View qg, View q, View gate, int heads, int head_dim) {
@@ -201,26 +183,44 @@ void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_
 
 // ---- Gated DeltaNet ----
 
-void CudaOps::causal_conv_silu(View x, View w, View window, View out, int level) {
-  need_stream("causal_conv_silu");
-  check_level(level, "causal_conv_silu");
-  const int64_t C = x.cols, K = w.cols;
-  FLIDE_CHECK(w.rows == C && out.rows == x.rows && out.cols == C && x.rows == meta_.n_tokens,
-              "cuda causal_conv_silu: x [", x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols,
-              "] out [", out.rows, ", ", out.cols, "] tokens ", meta_.n_tokens);
-  FLIDE_CHECK(K >= 1 && K <= 8, "cuda causal_conv_silu: kernel ", K, " (the kernel takes <= 8)");
-  FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= n_slots_,
-              "cuda causal_conv_silu: window [", window.rows, ", ", window.cols, "] slots ",
-              n_slots_);
-  FLIDE_CHECK(out.data != x.data, "the conv cannot run in place");
-  const bf16* xp = as_bf16(x, "causal_conv_silu", "x");
-  const bf16* wp = as_bf16(w, "causal_conv_silu", "w");
-  bf16* winp = as_bf16(window, "causal_conv_silu", "window");
-  bf16* op = as_bf16(out, "causal_conv_silu", "out");
+void CudaOps::gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
+                       int level) {
+  need_stream("gdn_conv");
+  check_level(level, "gdn_conv");
+  const int64_t C = x.cols, K = w.cols, Kd = q.cols, Vd = v.cols, Dk = dim_k, T = meta_.n_tokens;
+  FLIDE_CHECK(Dk > 0 && Kd % Dk == 0 && k.cols == Kd && C == 2 * Kd + Vd, "cuda gdn_conv: x cols ",
+              C, " q ", q.cols, " k ", k.cols, " v ", v.cols, " dim_k ", Dk,
+              " (x must be [q | k | v])");
+  FLIDE_CHECK(x.rows == T && q.rows == T && k.rows == T && v.rows == T && w.rows == C,
+              "cuda gdn_conv: rows x ", x.rows, " q ", q.rows, " k ", k.rows, " v ", v.rows,
+              " tokens ", T, "; w [", w.rows, ", ", w.cols, "]");
+  FLIDE_CHECK(K >= 1 && K <= 8, "cuda gdn_conv: kernel ", K, " (the kernel takes <= 8)");
+  FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= n_slots_, "cuda gdn_conv: window [",
+              window.rows, ", ", window.cols, "] slots ", n_slots_);
+  // A key head is reduced within one warp, kVec channels a lane (kernels/gdn.h).
+  FLIDE_CHECK(Dk <= 32 || (Dk <= 64 && Dk % 2 == 0 && Vd % 2 == 0) ||
+                  (Dk <= 128 && Dk % 4 == 0 && Vd % 4 == 0),
+              "cuda gdn_conv: key head dim ", Dk, " with value width ", Vd,
+              " (the kernel takes Dk <= 32, or <= 64 with Dk and Vd even, or <= 128 with both "
+              "multiples of 4)");
+  auto overlaps_x = [&](const View& out) {
+    const bf16* b = static_cast<const bf16*>(out.data);
+    const bf16* xb = static_cast<const bf16*>(x.data);
+    return b < xb + x.size() && xb < b + out.size();
+  };
+  FLIDE_CHECK(!overlaps_x(q) && !overlaps_x(k) && !overlaps_x(v),
+              "cuda gdn_conv: q, k and v must not overlap x (the conv cannot run in place)");
+  const bf16* xp = as_bf16(x, "gdn_conv", "x");
+  const bf16* wp = as_bf16(w, "gdn_conv", "w");
+  bf16* winp = as_bf16(window, "gdn_conv", "window");
+  bf16* qp = as_bf16(q, "gdn_conv", "q");
+  bf16* kp = as_bf16(k, "gdn_conv", "k");
+  bf16* vp = as_bf16(v, "gdn_conv", "v");
   if (x.size() == 0) return;
-  if (!op_begin({x, w, window, out}, {level})) return;
-  launched(kernels::causal_conv_silu(xp, wp, winp, op, C, int(K), level, meta_, stream_),
-           "causal_conv_silu");
+  if (!op_begin({x, w, window, q, k, v}, {level, dim_k})) return;
+  launched(kernels::gdn_conv(xp, wp, winp, qp, kp, vp, int(Kd / Dk), dim_k, Vd, int(K), float(eps),
+                             level, meta_, stream_),
+           "gdn_conv");
 }
 
 void CudaOps::gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) {

@@ -83,15 +83,14 @@ class CudaOps final : public Ops {
   void silu_mul(View gate, View up, View out) override;
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
-  void copy_cols(View x, int64_t col_begin, View out) override;
-  void l2norm(View x, double eps) override;
 
   void split_query_gate(View qg, View q, View gate, int heads, int head_dim) override;
   void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) override;
   void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                  int head_dim, double scale) override;
 
-  void causal_conv_silu(View x, View w, View window, View out, int level) override;
+  void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
+                int level) override;
   void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) override;
   // Both forms run the chunked kernel: there is no token-by-token CUDA kernel for prefill (the
   // two forms are the same function up to rounding; the CPU backend keeps both to check that).
