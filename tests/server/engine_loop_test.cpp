@@ -1,7 +1,7 @@
 // The engine loop in process, on the tiny model: rounds are packed as promised and answer what
 // Executor::run answers alone. Determinism without sleeps: the first request's respond() blocks
 // until the test releases it, which holds the engine thread inside its round while the test
-// queues the next requests; Preparing tickets hold a round back until the test ends them.
+// queues the next requests.
 #include "server/http/engine_loop.h"
 
 #include <gtest/gtest.h>
@@ -138,31 +138,6 @@ TEST_F(EngineLoopTest, RoundsStopAtTheTokenCapacityButTakeOneRequestAtLeast) {
   EXPECT_EQ(status_of(third), 200);
   loop.stop();
   EXPECT_EQ(metric(metrics_.render(), "flide_round_requests_count"), 3);
-}
-
-TEST_F(EngineLoopTest, RequestsInPreparationJoinTheRoundAboutToStart) {
-  EngineOptions o = options(ExecMode::ExecMode_fork, 8, 100000);
-  o.max_gather_seconds = 60;  // only the tickets end the wait
-  EngineLoop loop(*model_, o, metrics_);
-  EngineLoop::Preparing second = loop.preparing(), third = loop.preparing();
-  auto first = loop.submit(request("First."), nullptr);
-  auto answer = loop.submit(request("Second."), nullptr, std::move(second));
-  { EngineLoop::Preparing refused = std::move(third); }  // e.g. a request that failed validation
-  EXPECT_EQ(status_of(first), 200);
-  EXPECT_EQ(status_of(answer), 200);
-  loop.stop();
-  const std::string text = metrics_.render();
-  EXPECT_EQ(metric(text, "flide_round_requests_count"), 1);
-  EXPECT_EQ(metric(text, "flide_round_requests_sum"), 2);
-}
-
-TEST_F(EngineLoopTest, TheWaitForRequestsInPreparationIsBounded) {
-  EngineOptions o = options(ExecMode::ExecMode_fork, 8, 100000);
-  o.max_gather_seconds = 0.05;
-  EngineLoop loop(*model_, o, metrics_);
-  const EngineLoop::Preparing stuck = loop.preparing();  // held past the answer
-  auto alone = loop.submit(request("Alone."), nullptr);
-  EXPECT_EQ(status_of(alone), 200);
 }
 
 TEST_F(EngineLoopTest, AFullQueueRefusesAndAGoneClientIsDropped) {

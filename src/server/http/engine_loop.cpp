@@ -1,7 +1,6 @@
 // The engine loop (see engine_loop.h).
 #include "server/http/engine_loop.h"
 
-#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <optional>
@@ -35,40 +34,17 @@ EngineLoop::~EngineLoop() {
   stop();
 }
 
-EngineLoop::Preparing::~Preparing() {
-  if (!loop_) return;
-  {
-    const std::lock_guard<std::mutex> lock(loop_->mutex_);
-    --loop_->preparing_;
-  }
-  loop_->wake_.notify_one();
-}
-
-EngineLoop::Preparing EngineLoop::preparing() {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  ++preparing_;
-  return Preparing(this);
-}
-
 std::future<nlohmann::ordered_json> EngineLoop::submit(PreparedRequest request,
-                                                       std::function<bool()> client_gone,
-                                                       Preparing ticket) {
-  const int64_t tokens = stream_tokens(request.tree, options_.mode);
-  Job job{std::move(request), std::move(client_gone), {}, Clock::now(), tokens};
+                                                       std::function<bool()> client_gone) {
+  Job job{std::move(request), std::move(client_gone), {}, Clock::now()};
   std::future<nlohmann::ordered_json> answer = job.answer.get_future();
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (ticket.loop_) {  // the ticket ends here, under the lock, as the request joins the queue
-      FLIDE_CHECK(ticket.loop_ == this, "a Preparing ticket of another engine loop");
-      ticket.loop_ = nullptr;
-      --preparing_;
-    }
     if (stopping_) throw unavailable("the server is shutting down");
     if (int64_t(waiting_.size()) >= options_.max_queue)
       throw rate_limited(cat("the decision queue is full (", options_.max_queue,
                              " requests waiting, --max-queue); retry after the Retry-After delay"),
                          retry_after_s());
-    waiting_tokens_ += job.tokens;
     waiting_.push_back(std::move(job));
     metrics_.set_queue_depth(int64_t(waiting_.size()));
   }
@@ -104,19 +80,7 @@ void EngineLoop::run() {
   for (Job& job : waiting_)
     job.answer.set_exception(std::make_exception_ptr(unavailable("the server is shutting down")));
   waiting_.clear();
-  waiting_tokens_ = 0;
   metrics_.set_queue_depth(0);
-}
-
-void EngineLoop::gather(std::unique_lock<std::mutex>& lock) {
-  if (preparing_ == 0 || waiting_tokens_ >= options_.round_tokens) return;
-  // Without a round time yet, the bound alone.
-  const double limit = round_seconds_ > 0
-                           ? std::min(options_.max_gather_seconds, 0.5 * round_seconds_)
-                           : options_.max_gather_seconds;
-  wake_.wait_for(lock, std::chrono::duration<double>(limit), [&] {
-    return stopping_ || preparing_ == 0 || waiting_tokens_ >= options_.round_tokens;
-  });
 }
 
 std::vector<EngineLoop::Job> EngineLoop::next_round() {
@@ -124,7 +88,6 @@ std::vector<EngineLoop::Job> EngineLoop::next_round() {
   std::vector<Job> round;
   while (round.empty()) {
     wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
-    gather(lock);
     if (stopping_) return {};
     int64_t tokens = 0;
     while (!waiting_.empty()) {
@@ -133,13 +96,12 @@ std::vector<EngineLoop::Job> EngineLoop::next_round() {
         job.answer.set_exception(std::make_exception_ptr(ApiError(
             499, "client_closed_request", "the client disconnected before the request ran")));
         metrics_.request_dropped();
-        waiting_tokens_ -= job.tokens;
         waiting_.pop_front();
         continue;
       }
-      if (!round.empty() && tokens + job.tokens > options_.round_tokens) break;
-      tokens += job.tokens;
-      waiting_tokens_ -= job.tokens;
+      const int64_t cost = stream_tokens(job.request.tree, options_.mode);
+      if (!round.empty() && tokens + cost > options_.round_tokens) break;
+      tokens += cost;
       metrics_.queue_wait(seconds_since(job.admitted));
       round.push_back(std::move(job));
       waiting_.pop_front();

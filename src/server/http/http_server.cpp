@@ -244,7 +244,6 @@ struct HttpServer::Impl {
       return json_reply(
           detokenize_answer(parse_json_body(body, Route::Route_systemone), model.routes.tokenizer));
     const Route decision = error_style(route.path);
-    EngineLoop::Preparing ticket = model.engine.preparing();  // a round may wait for it
     check_body_size(body.size(), model.routes.limits, decision);
     const json parsed = parse_json_body(body, decision);
     PreparedRequest prepared = decision == Route::Route_systemone
@@ -252,8 +251,7 @@ struct HttpServer::Impl {
                                    : prepare_decisions(parsed, model.routes);
     std::future<json> answer = model.engine.submit(
         std::move(prepared),
-        make_disconnect_probe({req.local_addr, req.local_port, req.remote_addr, req.remote_port}),
-        std::move(ticket));
+        make_disconnect_probe({req.local_addr, req.local_port, req.remote_addr, req.remote_port}));
     return json_reply(answer.get());
   }
 
