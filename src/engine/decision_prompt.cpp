@@ -1,6 +1,8 @@
 // The OpenJev decision template (decision_api.md §1.4) and the token tree built from it.
 // Exactness rule: every branch's trunk ++ child tokens is the tokenization of that question's
-// whole prompt, byte for byte, so forked execution equals running each prompt on its own.
+// whole prompt, byte for byte, so forked execution equals running each prompt on its own. (The
+// prompts share the state's tokenization through Tokenizer::Prefix, which returns exactly the
+// whole prompt's ids.)
 // The trunk is the longest common token prefix of all prompts and of the rendered state prefix
 // ("<|im_start|>user\nState:\n" + state + "\n\n"). Including the state prefix keeps the trunk a
 // property of the state alone (question texts that happen to start alike stay in the branches),
@@ -69,10 +71,17 @@ std::vector<int32_t> label_ids(const Tokenizer& tokenizer, size_t index, const s
   return ids;
 }
 
-// Prompts of at least this many bytes in all are tokenized on several threads. Each prompt is
-// still encoded whole (the exactness rule), and a QuALITY-sized request is ~19 encodes of
-// ~25 KB (~1.5 ms each on one core); below this, thread start-up costs more than it saves.
-constexpr size_t kParallelPromptBytes = 64 * 1024;
+// Work over at least this many bytes runs on several threads; below it, thread start-up costs
+// more than it saves. The encodes count the bytes left after the state's reusable part
+// (Tokenizer::Prefix): in a QuALITY-sized request that part is nearly all of every prompt's
+// ~25 KB, unless NFC changes the state or the tokenizer is not of the Qwen kind (then ~19 whole
+// encodes, ~1.5 ms each on one core). The label checks scan every prompt whole for added tokens
+// (encode_appended), ~0.15 ms per 25 KB prompt.
+constexpr size_t kParallelBytes = 64 * 1024;
+
+size_t threads_for(size_t bytes) {
+  return bytes >= kParallelBytes ? std::max(1u, std::thread::hardware_concurrency()) : 1;
+}
 
 // task(i) for every i < n on up to `threads` threads, this one included; afterwards rethrows
 // the exception of the lowest failing i, the one a sequential loop would have thrown.
@@ -129,18 +138,22 @@ Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_te
   if (questions.empty()) throw Error("a decision needs at least one question");
   for (size_t i = 0; i < questions.size(); ++i) validate_question(i, questions[i]);
 
-  // Every prompt, then the state prefix (the last text).
+  // Every prompt, then the state prefix (the last text), which every prompt starts with: each
+  // encode is whole by definition (encode(text, prefix) == encode(text)), but tokenizes only
+  // what follows the state prefix's reusable part.
   std::vector<std::string> texts;
-  size_t bytes = 0;
-  for (const DecisionQuestion& q : questions) {
+  for (const DecisionQuestion& q : questions)
     texts.push_back(render_question_prompt(state_text, q));
-    bytes += texts.back().size();
-  }
   texts.push_back(state_prefix(state_text));
-  const size_t threads =
-      bytes >= kParallelPromptBytes ? std::max(1u, std::thread::hardware_concurrency()) : 1;
+  const Tokenizer::Prefix prefix = tokenizer.prefix(texts.back());
+  size_t left = 0, whole = 0;
+  for (const std::string& text : texts) {
+    left += text.size() - prefix.shared_bytes();
+    whole += text.size();
+  }
   std::vector<std::vector<int32_t>> tokens(texts.size());
-  run_tasks(texts.size(), threads, [&](size_t i) { tokens[i] = tokenizer.encode(texts[i]); });
+  run_tasks(texts.size(), threads_for(left),
+            [&](size_t i) { tokens[i] = tokenizer.encode(texts[i], prefix); });
   const std::vector<int32_t> prefix_tokens = std::move(tokens.back());
   tokens.pop_back();
 
@@ -154,7 +167,7 @@ Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_te
   Tree tree;
   tree.nodes.resize(questions.size() + 1);
   tree.nodes[0].tokens.assign(tokens[0].begin(), tokens[0].begin() + trunk);
-  run_tasks(questions.size(), threads, [&](size_t i) {
+  run_tasks(questions.size(), threads_for(whole), [&](size_t i) {
     TreeNode& child = tree.nodes[i + 1];
     child.parent = 0;
     child.tokens.assign(tokens[i].begin() + trunk, tokens[i].end());

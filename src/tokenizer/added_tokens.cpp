@@ -13,6 +13,7 @@ void AddedTokens::add(AddedToken token, std::string match_text) {
   ids_[token.content] = token.id;
   by_id_[token.id] = index;
   max_id_ = std::max(max_id_, token.id);
+  any_normalized_ |= token.normalized;
   std::vector<size_t>& same_first = groups_[token.normalized].by_first[uint8_t(match_text.front())];
   same_first.push_back(index);
   // Longest first, so the first hit at a position is the longest; ties keep file order.

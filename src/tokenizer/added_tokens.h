@@ -40,6 +40,7 @@ class AddedTokens {
   std::optional<int32_t> id_of(std::string_view content) const;
   const std::string* content_of(int32_t id) const;
   int32_t max_id() const { return max_id_; }
+  bool any_normalized() const { return any_normalized_; }  // some token has normalized=true
 
  private:
   struct Group {
@@ -51,6 +52,7 @@ class AddedTokens {
   TokenIds ids_;                               // content -> id
   std::unordered_map<int32_t, size_t> by_id_;  // id -> index into tokens_
   int32_t max_id_ = -1;
+  bool any_normalized_ = false;
 };
 
 }  // namespace flide::tok

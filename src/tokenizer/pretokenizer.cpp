@@ -14,6 +14,17 @@ void Pretokenizer::run(std::string_view text,
   run_from(0, text, word, on_word);
 }
 
+void Pretokenizer::run_range(std::string_view text, size_t from, size_t to,
+                             const std::function<void(std::string_view)>& on_word) const {
+  std::string word;
+  for (auto [begin, end] : splits[0].split_isolated(text, from)) {
+    if (end > to) break;
+    word.clear();
+    byte_level_encode(text.substr(begin, end - begin), word);
+    on_word(word);
+  }
+}
+
 void Pretokenizer::run_from(size_t step, std::string_view text, std::string& word,
                             const std::function<void(std::string_view)>& on_word) const {
   if (text.empty()) return;

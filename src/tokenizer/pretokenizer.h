@@ -25,6 +25,14 @@ struct Pretokenizer {
   // Calls on_word with each pre-token of `text` (valid UTF-8), already in the ByteLevel alphabet.
   void run(std::string_view text, const std::function<void(std::string_view)>& on_word) const;
 
+  // One Split step, no prefix space, no ByteLevel regex (Qwen2, Qwen3.5): a text's pre-tokens
+  // are then its Split pieces, so it can be pre-tokenized in parts (run_range).
+  bool single_split() const { return splits.size() == 1 && !add_prefix_space && !byte_level_regex; }
+  // For single_split(): run's pre-tokens of text[from, to), where from and to are 0, text.size()
+  // or ends of matches of splits[0] in text (text[0, from) is the lookbehind context).
+  void run_range(std::string_view text, size_t from, size_t to,
+                 const std::function<void(std::string_view)>& on_word) const;
+
  private:
   void run_from(size_t step, std::string_view text, std::string& word,
                 const std::function<void(std::string_view)>& on_word) const;

@@ -4,6 +4,7 @@
 // PCRE2 agrees with Oniguruma on U+180E too (unicode.h).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,9 +20,21 @@ class Regex {
 
   // HF's Split behaviour "Isolated": every match and every gap between matches becomes a piece;
   // empty pieces are dropped. Returns [begin, end) byte offsets into `text` (valid UTF-8).
-  std::vector<std::pair<size_t, size_t>> split_isolated(std::string_view text) const;
+  // With `from` > 0, the pieces of text[from, end) as the scan from 0 finds them when one of its
+  // matches ends at `from` (text[0, from) stays the context of lookbehinds).
+  std::vector<std::pair<size_t, size_t>> split_isolated(std::string_view text,
+                                                        size_t from = 0) const;
+
+  // The ends of split_isolated(text)'s matches that stay matches, with the same pieces before
+  // them, whatever text is appended: those found before the first match attempt that reads the
+  // end of `text` (PCRE2 hard partial matching). Ascending.
+  std::vector<size_t> final_match_ends(std::string_view text) const;
 
  private:
+  template <typename OnMatch>
+  int for_each_match(std::string_view text, size_t from, uint32_t options,
+                     OnMatch&& on_match) const;
+
   struct Code;
   std::shared_ptr<const Code> code_;  // compiled code is read-only, shared by copies and threads
 };

@@ -29,6 +29,31 @@ class Tokenizer {
   // suffixes.
   std::vector<std::optional<std::vector<int32_t>>> encode_appended(
       std::string_view text, const std::vector<std::string>& suffixes) const;
+  // A text tokenized once for the encodes of many texts that start with it (a decision
+  // request's prompts all start with its state): its longest part whose ids no continuation can
+  // change. encode(text, prefix) == encode(text) for every text that starts with the prefix's
+  // text; it tokenizes only what follows that part, or, where the part cannot be reused, the
+  // whole text: a tokenizer other than one Split regex + ByteLevel, normalized added tokens, a
+  // prefix that NFC changes, a continuation that moves an added-token boundary into the prefix or
+  // that NFC could merge with it (a non-ASCII first character).
+  class Prefix {
+   public:
+    Prefix();
+    Prefix(Prefix&&) noexcept;
+    Prefix& operator=(Prefix&&) noexcept;
+    ~Prefix();
+    size_t shared_bytes() const;  // bytes of the part (0: every encode is a whole one)
+
+   private:
+    friend class Tokenizer;
+    struct State;
+    std::unique_ptr<const State> state_;
+  };
+  // Error if `text` is not valid UTF-8.
+  Prefix prefix(std::string_view text) const;
+  // Error if `text` does not start with the prefix's text, or is not valid UTF-8.
+  std::vector<int32_t> encode(std::string_view text, const Prefix& prefix) const;
+
   // Raw bytes: ids cut mid-character end in a partial UTF-8 sequence (HF would show U+FFFD).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::optional<int32_t> token_id(std::string_view token) const;  // vocab or added token

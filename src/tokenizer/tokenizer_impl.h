@@ -15,6 +15,10 @@ struct Tokenizer::Impl {
   tok::AddedTokens added;
   tok::Pretokenizer pretokenizer;
   tok::Bpe bpe;
+
+  // Appends the ids of one raw piece of `text` (an added token, or the text between two).
+  void encode_raw(std::string_view text, const tok::AddedTokens::Piece& raw,
+                  std::vector<int32_t>& ids) const;
 };
 
 }  // namespace flide
