@@ -4,8 +4,10 @@
 #   STEPS=tests,bench,peers SHAPES=qwen3_5_0_8b bash bench/h200_run.sh
 # steps: tests (GPU suite, one process per test), model_tests (the model-level GPU tests only),
 #   bf16ref (HF transformers' own bf16 error on the fixtures), bench (flide bench, fork and
-#   independent), profile (per-op GPU time of one round), tvd (CUDA bf16 vs CPU f32 on random
-#   weights of each shape), peers (HF transformers on the same workloads).
+#   independent), batch (flide bench --batch 1 and BATCH, default 8: rounds of several
+#   requests, as the server packs concurrent ones), profile (per-op GPU time of one round),
+#   tvd (CUDA bf16 vs CPU f32 on random weights of each shape), peers (HF transformers on the
+#   same workloads).
 # SHAPES / PEER_SHAPES: comma lists of config names in .devcarry/configs; WORKLOADS, REPS;
 # GRAPHS (flide bench --graphs: on, off or both, the default).
 set -uo pipefail
@@ -43,6 +45,14 @@ for shape in ${shapes//,/ }; do
       $flide bench --config "$configs/$shape.json" --workload "$w" --device cuda --mode both \
           --graphs "${GRAPHS:-both}" \
           --reps "$reps" --warmup 3 --json 2>&1 | tee -a "$out/bench.jsonl" | cut -c1-400
+    done
+  fi
+  if has batch; then
+    for w in quality_all race_all; do
+      for b in 1 "${BATCH:-8}"; do
+        $flide bench --config "$configs/$shape.json" --workload "$w" --device cuda --mode fork \
+            --graphs off --batch "$b" --reps "$reps" --warmup 3 --json 2>&1 | tee -a "$out/batch.jsonl" | cut -c1-300
+      done
     done
   fi
   if has profile; then
