@@ -71,17 +71,12 @@ std::vector<int32_t> label_ids(const Tokenizer& tokenizer, size_t index, const s
   return ids;
 }
 
-// Work over at least this many bytes runs on several threads; below it, thread start-up costs
-// more than it saves. The encodes count the bytes left after the state's reusable part
-// (Tokenizer::Prefix): in a QuALITY-sized request that part is nearly all of every prompt's
-// ~25 KB, unless NFC changes the state or the tokenizer is not of the Qwen kind (then ~19 whole
-// encodes, ~1.5 ms each on one core). The label checks scan every prompt whole for added tokens
-// (encode_appended), ~0.15 ms per 25 KB prompt.
+// Prompts with at least this many bytes in all left to tokenize after the state's reusable part
+// (Tokenizer::Prefix) are tokenized, and their labels checked, on several threads; below it,
+// thread start-up costs more than it saves. In a QuALITY-sized request that part is nearly all
+// of every prompt's ~25 KB (the request prepares in ~1.7 ms on one core), unless NFC changes the
+// state or the tokenizer is not of the Qwen kind: then ~19 whole encodes, ~0.6 ms each.
 constexpr size_t kParallelBytes = 64 * 1024;
-
-size_t threads_for(size_t bytes) {
-  return bytes >= kParallelBytes ? std::max(1u, std::thread::hardware_concurrency()) : 1;
-}
 
 // task(i) for every i < n on up to `threads` threads, this one included; afterwards rethrows
 // the exception of the lowest failing i, the one a sequential loop would have thrown.
@@ -146,13 +141,12 @@ Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_te
     texts.push_back(render_question_prompt(state_text, q));
   texts.push_back(state_prefix(state_text));
   const Tokenizer::Prefix prefix = tokenizer.prefix(texts.back());
-  size_t left = 0, whole = 0;
-  for (const std::string& text : texts) {
-    left += text.size() - prefix.shared_bytes();
-    whole += text.size();
-  }
+  size_t left = 0;
+  for (const std::string& text : texts) left += text.size() - prefix.shared_bytes();
+  const size_t threads =
+      left >= kParallelBytes ? std::max(1u, std::thread::hardware_concurrency()) : 1;
   std::vector<std::vector<int32_t>> tokens(texts.size());
-  run_tasks(texts.size(), threads_for(left),
+  run_tasks(texts.size(), threads,
             [&](size_t i) { tokens[i] = tokenizer.encode(texts[i], prefix); });
   const std::vector<int32_t> prefix_tokens = std::move(tokens.back());
   tokens.pop_back();
@@ -167,7 +161,7 @@ Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_te
   Tree tree;
   tree.nodes.resize(questions.size() + 1);
   tree.nodes[0].tokens.assign(tokens[0].begin(), tokens[0].begin() + trunk);
-  run_tasks(questions.size(), threads_for(whole), [&](size_t i) {
+  run_tasks(questions.size(), threads, [&](size_t i) {
     TreeNode& child = tree.nodes[i + 1];
     child.parent = 0;
     child.tokens.assign(tokens[i].begin() + trunk, tokens[i].end());

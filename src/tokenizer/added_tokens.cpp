@@ -3,6 +3,7 @@
 #include "tokenizer/added_tokens.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "tokenizer/unicode.h"
 
@@ -14,7 +15,9 @@ void AddedTokens::add(AddedToken token, std::string match_text) {
   by_id_[token.id] = index;
   max_id_ = std::max(max_id_, token.id);
   any_normalized_ |= token.normalized;
-  std::vector<size_t>& same_first = groups_[token.normalized].by_first[uint8_t(match_text.front())];
+  Group& group = groups_[token.normalized];
+  std::vector<size_t>& same_first = group.by_first[uint8_t(match_text.front())];
+  if (same_first.empty()) group.first_bytes += match_text.front();
   same_first.push_back(index);
   // Longest first, so the first hit at a position is the longest; ties keep file order.
   std::stable_sort(same_first.begin(), same_first.end(), [&](size_t a, size_t b) {
@@ -30,7 +33,18 @@ std::vector<AddedTokens::Piece> AddedTokens::split(std::string_view text, bool n
   std::vector<Piece> pieces;
   const Group& group = groups_[normalized];
   size_t start_offset = 0;  // end of the last emitted token
-  for (size_t at = 0; at < text.size();) {
+  // Only a byte that starts some token can start a match: jump to the next one (memchr when
+  // all tokens start alike, e.g. '<' for every Qwen added token).
+  const auto next_start = [&](size_t from) {
+    if (from >= text.size()) return text.size();
+    if (group.first_bytes.size() == 1) {
+      const void* hit = std::memchr(text.data() + from, group.first_bytes[0], text.size() - from);
+      return hit ? size_t(static_cast<const char*>(hit) - text.data()) : text.size();
+    }
+    while (from < text.size() && group.by_first[uint8_t(text[from])].empty()) ++from;
+    return from;
+  };
+  for (size_t at = next_start(0); at < text.size(); at = next_start(at)) {
     const std::vector<size_t>& candidates = group.by_first[uint8_t(text[at])];
     const AddedToken* hit = nullptr;
     size_t length = 0;

@@ -45,6 +45,7 @@ class AddedTokens {
  private:
   struct Group {
     std::array<std::vector<size_t>, 256> by_first;  // first byte -> tokens_ indices, longest first
+    std::string first_bytes;                        // the distinct first bytes, for skipping
   };
   std::vector<AddedToken> tokens_;
   std::vector<std::string> match_texts_;       // parallel to tokens_

@@ -95,7 +95,7 @@ json tokenizer_json(const std::string& pattern, bool merges_as_pairs = true) {
           {"added_tokens",
            {added(300, "<|im_start|>", true), added(301, "<|im_end|>", true),
             added(302, "<|im", true), added(303, "<mask>", false, /*lstrip=*/true),
-            added(304, "<w>", false, false, /*single_word=*/true)}},
+            added(304, "<w>", false, false, /*single_word=*/true), added(305, "[SEP]", true)}},
           {"normalizer", {{"type", "NFC"}}},
           {"pre_tokenizer",
            {{"type", "Sequence"},
@@ -157,7 +157,7 @@ TEST(Tokenizer, MergesByRank) {
   EXPECT_EQ(tok.encode("2024"), (Ids{'2', '0', '2', '4'}));
   EXPECT_EQ(tok.encode(""), Ids{});
   EXPECT_EQ(tok.decode({259, 264}), "hello world");
-  EXPECT_EQ(tok.vocab_size(), 305);
+  EXPECT_EQ(tok.vocab_size(), 306);
   EXPECT_EQ(tok.token_id("hello"), 259);
   EXPECT_EQ(tok.token_id("Ġworld"), 264);
   EXPECT_EQ(tok.token_id("<|im_end|>"), 301);
@@ -205,6 +205,8 @@ TEST(Tokenizer, AddedTokensLongestMatchFirst) {
   EXPECT_EQ(tok.encode("<|im"), (Ids{302}));  // shorter token where the longer fails
   EXPECT_EQ(tok.encode("<|im_sta"), (Ids{302, '_', 's', 't', 'a'}));
   EXPECT_EQ(tok.encode("<|"), bytes("<|"));
+  // Raw tokens with two first bytes ('<', '['): the scan stops at either.
+  EXPECT_EQ(tok.encode("a[SEP]b<|im_end|>[S"), (Ids{'a', 305, 'b', 301, '[', 'S'}));
   EXPECT_EQ(tok.decode({300, 259, 301}), "<|im_start|>hello<|im_end|>");
 }
 
