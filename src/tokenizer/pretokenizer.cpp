@@ -14,11 +14,23 @@ void Pretokenizer::run(std::string_view text,
   run_from(0, text, word, on_word);
 }
 
-void Pretokenizer::run_range(std::string_view text, size_t from, size_t to,
-                             const std::function<void(std::string_view)>& on_word) const {
+size_t Pretokenizer::run_final(std::string_view text,
+                               const std::function<void(std::string_view)>& on_word) const {
+  const std::vector<std::pair<size_t, size_t>> pieces = splits[0].final_split(text);
+  emit(text, pieces, on_word);
+  return pieces.empty() ? 0 : pieces.back().second;
+}
+
+void Pretokenizer::run_rest(std::string_view text, size_t from,
+                            const std::function<void(std::string_view)>& on_word) const {
+  emit(text, splits[0].split_isolated(text, from), on_word);
+}
+
+// on_word for each piece in the ByteLevel alphabet (the last step of single_split()).
+void Pretokenizer::emit(std::string_view text, const std::vector<std::pair<size_t, size_t>>& pieces,
+                        const std::function<void(std::string_view)>& on_word) const {
   std::string word;
-  for (auto [begin, end] : splits[0].split_isolated(text, from)) {
-    if (end > to) break;
+  for (auto [begin, end] : pieces) {
     word.clear();
     byte_level_encode(text.substr(begin, end - begin), word);
     on_word(word);

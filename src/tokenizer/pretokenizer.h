@@ -26,14 +26,20 @@ struct Pretokenizer {
   void run(std::string_view text, const std::function<void(std::string_view)>& on_word) const;
 
   // One Split step, no prefix space, no ByteLevel regex (Qwen2, Qwen3.5): a text's pre-tokens
-  // are then its Split pieces, so it can be pre-tokenized in parts (run_range).
+  // are then its Split pieces, so it can be pre-tokenized in two parts (run_final, run_rest).
   bool single_split() const { return splits.size() == 1 && !add_prefix_space && !byte_level_regex; }
-  // For single_split(): run's pre-tokens of text[from, to), where from and to are 0, text.size()
-  // or ends of matches of splits[0] in text (text[0, from) is the lookbehind context).
-  void run_range(std::string_view text, size_t from, size_t to,
-                 const std::function<void(std::string_view)>& on_word) const;
+  // For single_split(): on_word for each pre-token of `text` that no appended text can change
+  // (Regex::final_split); returns where they end.
+  size_t run_final(std::string_view text,
+                   const std::function<void(std::string_view)>& on_word) const;
+  // For single_split(): run's pre-tokens of text[from, end), where `from` is what run_final
+  // returned on a prefix of text (text[0, from) stays the lookbehind context).
+  void run_rest(std::string_view text, size_t from,
+                const std::function<void(std::string_view)>& on_word) const;
 
  private:
+  void emit(std::string_view text, const std::vector<std::pair<size_t, size_t>>& pieces,
+            const std::function<void(std::string_view)>& on_word) const;
   void run_from(size_t step, std::string_view text, std::string& word,
                 const std::function<void(std::string_view)>& on_word) const;
 };

@@ -101,62 +101,52 @@ Regex::Regex(std::string_view pattern, const std::string& where) {
   code_ = std::move(code);
 }
 
-// Walks split_isolated's matches of text from `from`: on_match(begin, end) for each non-empty
-// one, in order, until on_match returns false or the matches end. `options` adds PCRE2 match
-// options; returns the last pcre2_match code (PCRE2_ERROR_NOMATCH at the end of the text).
-template <typename OnMatch>
-int Regex::for_each_match(std::string_view text, size_t from, uint32_t options,
-                          OnMatch&& on_match) const {
+// split_isolated's pieces of text from `from` up to the end of the last match, matching with the
+// PCRE2 `options` given; a match attempt that returns PCRE2_ERROR_PARTIAL ends the scan.
+std::vector<std::pair<size_t, size_t>> Regex::pieces_to_last_match(std::string_view text,
+                                                                   size_t from,
+                                                                   uint32_t options) const {
+  std::vector<std::pair<size_t, size_t>> pieces;
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
       pcre2_match_data_create_from_pattern(code_->code, nullptr), &pcre2_match_data_free);
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  int rc = PCRE2_ERROR_NOMATCH;
+  size_t gap = from;
   while (from < text.size()) {
     // The caller validated the UTF-8 once; PCRE2 would otherwise re-check the rest of the
     // subject on every call, which is quadratic in the text length.
-    rc = pcre2_match(code_->code, subject, text.size(), from, PCRE2_NO_UTF_CHECK | options,
-                     match.get(), nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH || rc == PCRE2_ERROR_PARTIAL) return rc;
+    int rc = pcre2_match(code_->code, subject, text.size(), from, PCRE2_NO_UTF_CHECK | options,
+                         match.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH || rc == PCRE2_ERROR_PARTIAL) break;
     if (rc < 0) throw Error(cat("pre-tokenizer regex failed: ", pcre2_message(rc)));
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
     size_t begin = ovector[0], end = ovector[1];
     if (begin == end) {  // empty match: HF drops the empty piece and moves on one character
-      if (begin == text.size()) return PCRE2_ERROR_NOMATCH;
+      if (begin == text.size()) break;
       from = begin;
       utf8_next(text, from);
       continue;
     }
-    if (!on_match(begin, end)) return rc;
-    from = end;
+    if (gap < begin) pieces.emplace_back(gap, begin);
+    pieces.emplace_back(begin, end);
+    gap = from = end;
   }
-  return PCRE2_ERROR_NOMATCH;
+  return pieces;
 }
 
 std::vector<std::pair<size_t, size_t>> Regex::split_isolated(std::string_view text,
                                                              size_t from) const {
-  std::vector<std::pair<size_t, size_t>> pieces;
-  size_t gap = from;
-  for_each_match(text, from, 0, [&](size_t begin, size_t end) {
-    if (gap < begin) pieces.emplace_back(gap, begin);
-    pieces.emplace_back(begin, end);
-    gap = end;
-    return true;
-  });
+  std::vector<std::pair<size_t, size_t>> pieces = pieces_to_last_match(text, from, 0);
+  const size_t gap = pieces.empty() ? from : pieces.back().second;
   if (gap < text.size()) pieces.emplace_back(gap, text.size());
   return pieces;
 }
 
-std::vector<size_t> Regex::final_match_ends(std::string_view text) const {
+std::vector<std::pair<size_t, size_t>> Regex::final_split(std::string_view text) const {
   // Under PCRE2_PARTIAL_HARD a match attempt that reads past the end (a greedy run, a
   // lookahead) returns PCRE2_ERROR_PARTIAL at once, so every complete match returned before it
   // was decided by text alone, and so were the failed attempts at the start positions of the
   // gaps: appending text changes neither.
-  std::vector<size_t> ends;
-  for_each_match(text, 0, PCRE2_PARTIAL_HARD, [&](size_t, size_t end) {
-    ends.push_back(end);
-    return true;
-  });
-  return ends;
+  return pieces_to_last_match(text, 0, PCRE2_PARTIAL_HARD);
 }
 
 }  // namespace flide::tok

@@ -25,15 +25,14 @@ class Regex {
   std::vector<std::pair<size_t, size_t>> split_isolated(std::string_view text,
                                                         size_t from = 0) const;
 
-  // The ends of split_isolated(text)'s matches that stay matches, with the same pieces before
-  // them, whatever text is appended: those found before the first match attempt that reads the
-  // end of `text` (PCRE2 hard partial matching). Ascending.
-  std::vector<size_t> final_match_ends(std::string_view text) const;
+  // The pieces of split_isolated(text) that stay its pieces whatever text is appended: those up
+  // to the end of the last match found before the first match attempt that reads the end of
+  // `text` (PCRE2 hard partial matching).
+  std::vector<std::pair<size_t, size_t>> final_split(std::string_view text) const;
 
  private:
-  template <typename OnMatch>
-  int for_each_match(std::string_view text, size_t from, uint32_t options,
-                     OnMatch&& on_match) const;
+  std::vector<std::pair<size_t, size_t>> pieces_to_last_match(std::string_view text, size_t from,
+                                                              uint32_t options) const;
 
   struct Code;
   std::shared_ptr<const Code> code_;  // compiled code is read-only, shared by copies and threads

@@ -96,7 +96,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 
 // The reusable part of a prefix P: its raw pieces before the last one, which starts at
 // piece_begin (k) and is text (not an added token), then that piece's Split pieces up to `cut`
-// (c), the end of a final regex match (Regex::final_match_ends) of P[k, |P|). For a text T that
+// (c), where the final pieces of P[k, |P|) end (Regex::final_split). For a text T that
 // starts with P, has P's raw pieces before k and one raw piece [k, e) with e >= |P|, and where
 // NFC cannot merge P's last character with T[|P|] (e = |P|, or T[|P|] is ASCII: ASCII is never
 // the second character of a composition), that piece normalizes to P[k, |P|) ++ nfc(T[|P|, e))
@@ -133,14 +133,12 @@ Tokenizer::Prefix Tokenizer::prefix(std::string_view text) const {
     const size_t k = raw.back().begin;
     const std::string_view piece = text.substr(k);
     if (!m.nfc || tok::nfc(piece) == piece) {
-      const std::vector<size_t> ends = m.pretokenizer.splits[0].final_match_ends(piece);
       state->reusable = true;
       state->piece_begin = k;
-      state->cut = ends.empty() ? 0 : ends.back();
       state->raw_before.assign(raw.begin(), raw.end() - 1);
       for (const Piece& p : state->raw_before) m.encode_raw(text, p, state->ids);
-      m.pretokenizer.run_range(piece, 0, state->cut,
-                               [&](std::string_view word) { m.bpe.encode_word(word, state->ids); });
+      state->cut = m.pretokenizer.run_final(
+          piece, [&](std::string_view word) { m.bpe.encode_word(word, state->ids); });
     }
   }
   prefix.state_ = std::move(state);
@@ -170,8 +168,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const Prefix& pref
   std::string normalized(text.substr(k, p_end - k));
   const std::string_view rest = text.substr(p_end, raw[n].end - p_end);
   normalized += m.nfc ? tok::nfc(rest) : std::string(rest);
-  m.pretokenizer.run_range(normalized, st.cut, normalized.size(),
-                           [&](std::string_view word) { m.bpe.encode_word(word, ids); });
+  m.pretokenizer.run_rest(normalized, st.cut,
+                          [&](std::string_view word) { m.bpe.encode_word(word, ids); });
   for (size_t i = n + 1; i < raw.size(); ++i) m.encode_raw(text, raw[i], ids);
   return ids;
 }
