@@ -187,6 +187,18 @@ inline int stride_grid(int64_t items, int sms, int per_sm) {
   return int(items < 1 ? 1 : items < cap ? items : cap);
 }
 
+// kernel<<<blocks, kThreads, bytes, stream>>>(args...), its dynamic shared-memory limit raised
+// to `bytes` first (the prepare, state and output kernels all need more than the default 48 KB).
+template <typename... Params, typename... Args>
+cudaError_t launch_with_smem(void (*kernel)(Params...), int blocks, int bytes, cudaStream_t stream,
+                             Args... args) {
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<blocks, kThreads, bytes, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 // One per kernel file; each instantiates them for every shape of FLIDE_GDN_SHAPES.
 cudaError_t launch_plan(const GdnArgs& a);
 template <int DK, int DV>

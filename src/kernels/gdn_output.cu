@@ -94,15 +94,10 @@ __global__ void __launch_bounds__(kThreads, 3)
 
 template <int DK, int DV>
 cudaError_t launch_output(const GdnArgs& a) {
-  using C = OutputCfg<DK, DV>;
-  cudaError_t err = cudaFuncSetAttribute(gdn_output_kernel<DK, DV>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes);
-  if (err != cudaSuccess) return err;
   // About 3 resident blocks per SM, a few waves.
   const int blocks = stride_grid(max_level_chunks(a.meta) * a.heads_v, a.sms, 6);
-  gdn_output_kernel<DK, DV>
-      <<<blocks, kThreads, C::kBytes, a.stream>>>(a.out, a.ws, a.heads_v, a.meta);
-  return cudaGetLastError();
+  return launch_with_smem(gdn_output_kernel<DK, DV>, blocks, OutputCfg<DK, DV>::kBytes, a.stream,
+                          a.out, a.ws, a.heads_v, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_output<DK, DV>(const GdnArgs&);

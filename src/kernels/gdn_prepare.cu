@@ -539,15 +539,10 @@ cudaError_t launch_plan(const GdnArgs& a) {
 
 template <int DK, int DV>
 cudaError_t launch_prepare(const GdnArgs& a) {
-  using C = PrepCfg<DK, DV>;
-  cudaError_t err = cudaFuncSetAttribute(gdn_prepare_kernel<DK, DV>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes);
-  if (err != cudaSuccess) return err;
   // Two resident blocks per SM, each walking its items with the next one's loads in flight.
   const int blocks = stride_grid(max_level_chunks(a.meta) * a.heads_v, a.sms, 2);
-  gdn_prepare_kernel<DK, DV><<<blocks, kThreads, C::kBytes, a.stream>>>(
-      a.q, a.k, a.v, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
-  return cudaGetLastError();
+  return launch_with_smem(gdn_prepare_kernel<DK, DV>, blocks, PrepCfg<DK, DV>::kBytes, a.stream,
+                          a.q, a.k, a.v, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_prepare<DK, DV>(const GdnArgs&);

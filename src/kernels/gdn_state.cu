@@ -254,14 +254,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int DK, int DV>
 cudaError_t launch_state(const GdnArgs& a) {
   using C = StateCfg<DK, DV>;
-  cudaError_t err = cudaFuncSetAttribute(gdn_state_kernel<DK, DV>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::kBytes);
-  if (err != cudaSuccess) return err;
   const int blocks =
       stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSplits, a.sms, 2);
-  gdn_state_kernel<DK, DV><<<blocks, kThreads, C::kBytes, a.stream>>>(
-      a.q, a.k, a.state, a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
-  return cudaGetLastError();
+  return launch_with_smem(gdn_state_kernel<DK, DV>, blocks, C::kBytes, a.stream, a.q, a.k, a.state,
+                          a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_state<DK, DV>(const GdnArgs&);
