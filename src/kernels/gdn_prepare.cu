@@ -166,6 +166,42 @@ __device__ __forceinline__ void store_acc_tf32(float* p, int ld, const float (&c
       make_float2(round_tf32(c[2]), round_tf32(c[3]));
 }
 
+// Rows [r0, r0 + 16) x columns [c0, c0 + 8 NT) of the triangular inverse T, from blocks of T
+// already in place: T_rc = (T_rd L_dc) T_cc, d = columns [c0 + 8 NT, c0 + 8 NT + 8 kd), where
+// row strip r0 of T is zero right of d (kd <= NT, warp-uniform), and T_cc is lower triangular.
+template <int NT, int kLd>
+__device__ __forceinline__ void inverse_block(float* Ts, const float* Ls, int r0, int c0, int kd,
+                                              int lane, int g8, int t4) {
+  const int d0 = c0 + 8 * NT;
+  float z[NT][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < NT; ++kk) {
+    if (kk >= kd) continue;
+    uint32_t at[4];
+    frag_a_tf32(at, Ts + r0 * kLd + d0 + 8 * kk, kLd, lane);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint32_t bl[2];
+      frag_b_pair(bl, Ls + (d0 + 8 * kk) * kLd + c0 + 8 * nt, kLd, g8, t4);
+      mma(z[nt], at, bl);
+    }
+  }
+  float y[NT][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < NT; ++kk) {
+    uint32_t az[4];
+    frag_a_acc(az, z[kk]);
+#pragma unroll
+    for (int nt = 0; nt <= kk; ++nt) {  // T_cc is zero above its diagonal
+      uint32_t bt[2];
+      frag_b_pair_tf32(bt, Ts + (c0 + 8 * kk) * kLd + c0 + 8 * nt, kLd, g8, t4);
+      mma(y[nt], az, bt);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) store_acc_tf32(Ts + r0 * kLd + c0 + 8 * nt, kLd, y[nt], g8, t4);
+}
+
 // acc[s] = X[16 rows][kKp] K[8 (nt0 + s) rows][kKp]^T for s < n (n <= kMax, warp-uniform);
 // x = &X[m0][0], kn = &K[8 nt0][0], both bf16 with leading dimension kLd.
 template <int kMax, int kKp, int kLd>
@@ -356,69 +392,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 
       // T_ba = T_bb (L_ba T_aa) computed as (T_bb L_ba) T_aa for a = 2 warp, b = a + 1: the
       // warp's own diagonal blocks.
-      {
-        const int a0 = 32 * warp, b0 = a0 + 16;
-        float z[2][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          uint32_t at[4];
-          frag_a_tf32(at, Ts + b0 * kLdC + b0 + 8 * kk, kLdC, lane);
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            uint32_t bl[2];
-            frag_b_pair(bl, Ls + (b0 + 8 * kk) * kLdC + a0 + 8 * nt, kLdC, g8, t4);
-            mma(z[nt], at, bl);
-          }
-        }
-        float y[2][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          uint32_t az[4];
-          frag_a_acc(az, z[kk]);
-#pragma unroll
-          for (int nt = 0; nt <= kk; ++nt) {  // T_aa is zero above its diagonal
-            uint32_t bt[2];
-            frag_b_pair_tf32(bt, Ts + (a0 + 8 * kk) * kLdC + a0 + 8 * nt, kLdC, g8, t4);
-            mma(y[nt], az, bt);
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-          store_acc_tf32(Ts + b0 * kLdC + a0 + 8 * nt, kLdC, y[nt], g8, t4);
-      }
+      inverse_block<2, kLdC>(Ts, Ls, 32 * warp + 16, 32 * warp, 2, lane, g8, t4);
       bar_sync(2, 64);  // both halves' diagonal 32x32 blocks of T
 
-      // T[r0:r0+16, 0:32] = (T[r0:r0+16, 32:64] L[32:64, 0:32]) T[0:32, 0:32], r0 = 32 + 16 warp.
-      {
-        const int r0 = 32 + 16 * warp;
-        float z[4][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          if (kk >= 2 * warp + 2) continue;  // T is zero right of the diagonal block
-          uint32_t at[4];
-          frag_a_tf32(at, Ts + r0 * kLdC + 32 + 8 * kk, kLdC, lane);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            uint32_t bl[2];
-            frag_b_pair(bl, Ls + (32 + 8 * kk) * kLdC + 8 * nt, kLdC, g8, t4);
-            mma(z[nt], at, bl);
-          }
-        }
-        float y[4][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          uint32_t az[4];
-          frag_a_acc(az, z[kk]);
-#pragma unroll
-          for (int nt = 0; nt <= kk; ++nt) {
-            uint32_t bt[2];
-            frag_b_pair_tf32(bt, Ts + 8 * kk * kLdC + 8 * nt, kLdC, g8, t4);
-            mma(y[nt], az, bt);
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) store_acc_tf32(Ts + r0 * kLdC + 8 * nt, kLdC, y[nt], g8, t4);
-      }
+      // T[r0:r0+16, 0:32] = (T[r0:r0+16, 32:64] L[32:64, 0:32]) T[0:32, 0:32], r0 = 32 + 16 warp;
+      // T is zero right of the row strip's diagonal block.
+      inverse_block<4, kLdC>(Ts, Ls, 32 + 16 * warp, 0, 2 * warp + 2, lane, g8, t4);
     } else {
       bar_arrive(1, kThreads);
 
