@@ -326,9 +326,13 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::optional<std::filesystem::path> tokenizer_json;
   if (!random) tokenizer_json = source.path / "tokenizer.json";
   const Workload workload = make_workload(spec, info.vocab_size, seed, tokenizer_json);
+  // Synthetic requests draw their own ids; a file's request is the same each time (read once).
   std::vector<Tree> trees = {workload.tree};
   for (int64_t i = 1; i < batch; ++i)
-    trees.push_back(make_workload(spec, info.vocab_size, seed + uint64_t(i), tokenizer_json).tree);
+    trees.push_back(
+        spec.synthetic
+            ? make_workload(spec, info.vocab_size, seed + uint64_t(i), tokenizer_json).tree
+            : workload.tree);
 
   if (!loaded.ops->set_graphs(true)) graph_settings = {false};  // a backend without graphs
   std::vector<ModeResult> results;
