@@ -12,8 +12,9 @@
 //           T = (I + A)^-1 (A = strictly lower beta_i (k_i.k_j) exp(gamma_i - gamma_j)),
 //           W = T (beta exp(gamma) K), U = T (beta V), P = (q_i.k_j) Dk^-1/2 exp(gamma_i -
 //           gamma_j) (j <= i), stored in fp32 to the workspace;
-//   state   one block per (node, value head, 32 value columns): walks the node's chunks in
-//           order with its slice of the state in registers: v_new = U - W S,
+//   state   one block per (node, value head, share of its 16-column slabs; a level with few
+//           nodes splits its heads finer): walks the node's chunks in order with the state,
+//           transposed, in registers (a warp per slab): v_new = U - W S,
 //           O = Dk^-1/2 exp(gamma) (q S), S = exp(gamma_last) S +
 //           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential;
 //   output  one block per (chunk, value head), all in parallel: out = O + P v_new.

@@ -114,14 +114,15 @@ __device__ __forceinline__ void zero_bytes(void* p) {
 }
 
 // dst [kChunk][kLd] <- src rows r < nrows (row stride src_ld), columns c < cols, asynchronously;
-// every other element of the first kCols columns is set to zero. cols % kVec == 0.
+// every other element of the first kCols columns is set to zero. cols % kVec == 0. Copied by
+// threads tid of nthreads (the whole block unless a kernel keeps some warps off loads).
 template <typename T, int kVec, int kCols, int kLd>
-__device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t src_ld, int nrows,
-                                          int cols) {
+__device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t src_ld, int nrows, int cols,
+                                          int tid = threadIdx.x, int nthreads = kThreads) {
   static_assert(kCols % kVec == 0, "whole vectors");
   constexpr int kVecs = kCols / kVec;
   constexpr int kBytes = kVec * int(sizeof(T));
-  for (int i = threadIdx.x; i < kChunk * kVecs; i += kThreads) {
+  for (int i = tid; i < kChunk * kVecs; i += nthreads) {
     const int r = i / kVecs, c = (i % kVecs) * kVec;
     T* d = dst + r * kLd + c;
     if (r < nrows && c < cols)

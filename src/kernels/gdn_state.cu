@@ -1,74 +1,129 @@
-// The chunked delta rule's sequential half (gdn.h): one block per (node, value head, slice of
-// kVb value columns) walks the node's chunks in order with its slice of the state in registers.
-// Per chunk it does only what the next chunk's state depends on, plus the one product that needs
-// the state entering the chunk:
-//   v_new = U - W S                 (replaces U in the workspace)
-//   O     = Dk^-1/2 exp(gamma) (q S) (to the workspace; the output kernel adds P v_new)
-//   S     = exp(gamma_last) S + K^T (f v_new),  f_j = exp(gamma_last - gamma_j).
-// Why this split: one 5000-row trunk with 16 value heads is 16 sequences of 79 chunks, so this
-// loop is the latency floor of the whole layer; everything that can wait for v_new (P v_new and
-// the bf16 output) runs afterwards in a fully parallel kernel. The state columns are independent
-// given W, U and gamma, hence the slices (64 blocks for that trunk).
+// The chunked delta rule's sequential half (gdn.h): one block per (node, value head, share of its
+// value columns) walks the node's chunks in order with the state in registers, transposed: each
+// warp owns a slab of 16 rows of S^T (value columns of S) against every key, as mma.sync
+// accumulators. Per chunk
+// it does only what the next chunk's state depends on, plus the one product that needs the state
+// entering the chunk:
+//   v_new^T = U^T - S^T W^T          (v_new replaces U in the workspace)
+//   O^T     = Dk^-1/2 exp(gamma) (S^T q^T)  (to the workspace; the output kernel adds P v_new)
+//   S^T     = exp(gamma_last) S^T + (v_new f)^T K,  f_j = exp(gamma_last - gamma_j).
+// Why transposed: the state is then the A operand of both products of phase A, and v_new^T the A
+// operand of the update, and an m16n8 accumulator is an m16n8k8 tf32 A fragment as it stands
+// once the k index is permuted (k slot t <-> column 2t, slot t + 4 <-> 2t + 1; the B fragments
+// read rows in the same order). So neither the state nor v_new ever goes through shared memory,
+// the warps never wait for each other inside a chunk, and each chunk's W, q and K are staged
+// once per block for up to 8 slabs (the previous kernel, 32-column slices with the state in shared
+// memory, spent ~15 SM-us per head and chunk, bound by its redundant operand loads).
 //
-// On the H200 a chunk step takes ~5 us and no single resource bounds it (tensor cores ~17% busy,
-// ~1,300 instructions per warp at ~5 cycles each); removing any one part (loads, either product,
-// the stores) saves 18-28%. Measured and not faster: 16-column slices, sixteen warps splitting
-// phase A's k range, operands permuted for 16-byte loads and ldmatrix.trans, predicate-free
-// whole-tile loads, per-row bulk (TMA) copies. The next step is wgmma fed by 2D tensor maps
-// (bench/results/2026-11-29-decide.md).
+// B fragments: W^T from fp32 W [row][key] (one 8-byte load: keys 2t, 2t + 1), q^T from bf16 q
+// (one 4-byte load of the bf16 pair), K from bf16 K [row][key] by ldmatrix.trans (rows 2t and
+// 2t + 1 of one key column in one register). Row paddings make all three free of bank conflicts
+// for Dk = Dv = 128.
 //
-// Chunk rows past a node's end are zeros in shared memory (W, q, k, U, gamma and f): they change
-// neither the real rows' outputs nor the state, and they are never written back.
+// Chunk rows past a node's end are zeros in shared memory (W, q, k, U, gamma) and f = 0 there:
+// they change neither the real rows' outputs nor the state, and they are never written back.
 #include "kernels/gdn_chunk.cuh"
 
 namespace flide::kernels::gdn_detail {
 namespace {
 
-// Shapes and shared-memory layout (bytes): two stages (chunk c and c + 1 in flight), then the
-// state operand and f v_new.
+constexpr int kSlab = 16;  // value columns (S^T rows) of one warp
+
 template <int DK, int DV>
 struct StateCfg : Dims<DK, DV> {
   using D = Dims<DK, DV>;
-  static constexpr int kVb = D::kVp < 32 ? D::kVp : 32;  // value columns of one block
-  static constexpr int kSplits = (DV + kVb - 1) / kVb;
-  static constexpr int kLdS = kVb + 8;  // fp32 rows of a slice: S, U, f v_new
+  static constexpr int kSlabs = (DV + kSlab - 1) / kSlab;  // of a head
+  static_assert(kSlabs <= kWarps && (kSlabs & (kSlabs - 1)) == 0,
+                "a head's slabs fit one block and halve evenly");
+  static constexpr int kUcols = kSlabs * kSlab;   // value columns staged per block, at most
+  static constexpr int kKeyTiles = (DK + 7) / 8;  // n8 tiles of S^T's key columns
+  static constexpr int kLdW = D::kKp + 8;         // fp32: 8 mod 32 words (8-byte fragment loads)
+  static constexpr int kLdH = D::kLdH;            // bf16 q, K: 4 mod 32 words
+  static constexpr int kLdU = kUcols + 4;         // fp32: 4 mod 32 words
 
+  // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's factors.
   static constexpr int kStW = 0;
-  static constexpr int kStQ = kStW + kChunk * D::kLdW * 4;
-  static constexpr int kStK = kStQ + kChunk * D::kLdH * 2;
-  static constexpr int kStU = kStK + kChunk * D::kLdH * 2;
-  static constexpr int kStGam = kStU + kChunk * kLdS * 4;
+  static constexpr int kStQ = kStW + kChunk * kLdW * 4;
+  static constexpr int kStK = kStQ + kChunk * kLdH * 2;
+  static constexpr int kStU = kStK + kChunk * kLdH * 2;
+  static constexpr int kStGam = kStU + kChunk * kLdU * 4;
   static constexpr int kStBytes = kStGam + kChunk * 4;
-  static constexpr int kS = 2 * kStBytes;
-  static constexpr int kVf = kS + D::kKp * kLdS * 4;
-  static constexpr int kBytes = kVf + kChunk * kLdS * 4;
+  static constexpr int kFactors = 2 * kStBytes;  // [64] scale exp(gamma_j), [64] f_j
+  static constexpr int kBytes = kFactors + 2 * kChunk * 4;
 
-  static_assert(kStQ % 16 == 0 && kStK % 16 == 0 && kStU % 16 == 0 && kStBytes % 16 == 0 &&
-                    kVf % 16 == 0,
+  static_assert(kStQ % 16 == 0 && kStK % 16 == 0 && kStU % 16 == 0 && kStBytes % 16 == 0,
                 "16-byte aligned regions for cp.async and ldmatrix");
   static_assert(kBytes <= 227 * 1024, "shared memory");
 };
 
-// Stride loop over items = (node * Hv + head) * kSplits + split, so a head's slices run side by
-// side and share their W, q, k reads in L2.
+// B fragment (k8 step at chunk row r0, key tile at column n0) of B(j, key) = K[j][key], for
+// `n` consecutive key tiles: ldmatrix.trans hands lane 4 g + t the bf16 pair (K[r0 + 2t][n0 + g],
+// K[r0 + 2t + 1][n0 + g]). p = &K[r0][n0].
+template <int N>
+__device__ __forceinline__ void frags_k(uint32_t (&b)[N][2], const bf16* p, int ld, int lane) {
+  static_assert(N == 1 || N == 2 || N == 4, "ldmatrix groups of 1, 2 or 4 matrices");
+  const bf16* row = p + (lane & 7) * ld + ((lane >> 3) % N) * 8;
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  uint32_t r[4];
+  if constexpr (N == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+  else if constexpr (N == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(s));
+#pragma unroll
+  for (int i = 0; i < N; ++i) b[i][0] = r[i] << 16, b[i][1] = r[i] & 0xffff0000u;
+}
+
+// dst [kChunk][kLd] fp32 <- the block's value columns of U: rows r < nrows, columns c < cols;
+// the rest of its `slabs` slabs is zero (unlike load_tile, whose width is static: a block reads
+// only its own slabs).
+template <int kLd>
+__device__ __forceinline__ void load_slab_tile(float* dst, const float* src, int64_t src_ld,
+                                               int nrows, int cols, int slabs, int tid,
+                                               int nthreads) {
+  const int shift = 2 + __ffs(slabs) - 1;  // log2 of the 4-float vectors of a row: 4 per slab
+  for (int i = tid; i < kChunk << shift; i += nthreads) {
+    const int r = i >> shift, c = (i & ((1 << shift) - 1)) * 4;
+    float* d = dst + r * kLd + c;
+    if (r < nrows && c < cols)
+      cp_async<16>(d, src + r * src_ld + c);
+    else
+      zero_bytes<16>(d);
+  }
+}
+
+// The A fragment of an accumulator tile under the permuted k (slot t <-> column 2t, slot t + 4
+// <-> 2t + 1): a = (c0, c2, c1, c3), rounded to tf32 unless it already is.
+__device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) {
+  a[0] = to_tf32(c[0]), a[1] = to_tf32(c[2]), a[2] = to_tf32(c[1]), a[3] = to_tf32(c[3]);
+}
+
+// Grid-stride loop over items = (node * Hv + head) * splits + split: a block serves 1 / splits of
+// a head's slabs, with that many warps. A level with few nodes (one request's trunk: 16 heads)
+// splits its heads so that its items still fill the grid; a warp's arithmetic does not depend on
+// the split, so neither do the results.
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_state_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, float* state,
                      Workspace ws, int heads_k, int heads_v, int level, float scale,
                      TreeMeta meta) {
   using C = StateCfg<DK, DV>;
-  constexpr int kLdH = C::kLdH, kLdW = C::kLdW, kLdS = C::kLdS;
-  constexpr int kTilesN = C::kVb / 8;                   // n8 tiles of the slice
-  constexpr int kTilesS = C::kKp / 16;                  // m16 tiles of the state rows
-  constexpr int kSa = (kTilesN + 1) / 2;                // phase A: n8 tiles per warp
-  constexpr int kSm = (kTilesS + kWarps - 1) / kWarps;  // phase C: state m16 tiles per warp
-  constexpr bool kEvenN = kTilesN % 2 == 0;             // every warp's phase-A tiles exist
+  constexpr int kLdW = C::kLdW, kLdH = C::kLdH, kLdU = C::kLdU, kKT = C::kKeyTiles;
+  constexpr int kRowTiles = kChunk / 8;  // n8 tiles of the chunk's rows
+  constexpr int kKGroup = kKT % 4 == 0 ? 4 : kKT % 2 == 0 ? 2 : 1;
   extern __shared__ __align__(16) unsigned char smem[];
   struct Stage {
     float* W;    // [64][kLdW]
     bf16* Q;     // [64][kLdH]
     bf16* K;     // [64][kLdH]
-    float* U;    // [64][kLdS] the slice's columns
+    float* U;    // [64][kLdU] the block's value columns
     float* gam;  // [64]
   };
   auto stage = [&](int b) {
@@ -77,8 +132,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                  reinterpret_cast<bf16*>(base + C::kStK), reinterpret_cast<float*>(base + C::kStU),
                  reinterpret_cast<float*>(base + C::kStGam)};
   };
-  float* Ss = reinterpret_cast<float*>(smem + C::kS);   // [kKp][kLdS] state entering, tf32
-  float* Vf = reinterpret_cast<float*>(smem + C::kVf);  // [64][kLdS] f v_new, tf32
+  float* ef = reinterpret_cast<float*>(smem + C::kFactors);  // [64] scale exp(gamma_j)
+  float* fj = ef + kChunk;                                   // [64] exp(gamma_last - gamma_j)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
@@ -86,12 +141,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t state_ld = int64_t(heads_v) * DK * DV;
   const int group = heads_v / heads_k;
   const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
-  const int items = (ne - nb) * heads_v * C::kSplits;
+  int splits = 1;
+  while (splits < C::kSlabs && int64_t(ne - nb) * heads_v * splits * 2 <= gridDim.x) splits *= 2;
+  const int slabs = C::kSlabs / splits;  // of a block
+  const int items = (ne - nb) * heads_v * splits;
+  const bool active = warp < slabs;
+  // Warps without a slab do the block's loads and gate factors alone, off the others' path
+  // (a block of one slab would otherwise spend ~20% of each chunk issuing copies).
+  const int loaders = slabs < kWarps ? kThreads - 32 * slabs : kThreads;
+  const int ltid = int(threadIdx.x) - (kThreads - loaders);  // < 0: not a loader
 
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int split = item % C::kSplits, head = (item / C::kSplits) % heads_v;
-    const int node = nb + item / (C::kSplits * heads_v);
-    const int kh = head / group, v0 = split * C::kVb, vcols = min(C::kVb, DV - v0);
+    const int split = item % splits, head = (item / splits) % heads_v;
+    const int node = nb + item / (splits * heads_v);
+    const int kh = head / group, v0 = split * slabs * kSlab, vcols = min(slabs * kSlab, DV - v0);
     const int64_t off = meta.node_offset[node];
     const int len = meta.node_length[node];
     const int slot_in = meta.node_slot_in[node], slot_out = meta.node_slot_out[node];
@@ -102,149 +165,119 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue = [&](int ci, const Stage& st) {
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
       const int64_t t0 = off + c0;
-      load_tile<float, 4, C::kKp, kLdW>(st.W, ws.W + (hrow + c0) * DK, DK, nrows, DK);
-      load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.Q, q + t0 * qk_ld + kh * DK, qk_ld, nrows, DK);
-      load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.K, k + t0 * qk_ld + kh * DK, qk_ld, nrows, DK);
-      load_tile<float, 4, C::kVb, kLdS>(st.U, ws.U + (hrow + c0) * DV + v0, DV, nrows, vcols);
-      if (threadIdx.x < kChunk) {
-        if (int(threadIdx.x) < nrows)
-          cp_async<4>(st.gam + threadIdx.x, ws.gam + hrow + c0 + threadIdx.x);
-        else
-          st.gam[threadIdx.x] = 0.f;
+      if (ltid >= 0) {
+        load_tile<float, 4, C::kKp, kLdW>(st.W, ws.W + (hrow + c0) * DK, DK, nrows, DK, ltid,
+                                          loaders);
+        load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.Q, q + t0 * qk_ld + kh * DK, qk_ld, nrows, DK,
+                                                ltid, loaders);
+        load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.K, k + t0 * qk_ld + kh * DK, qk_ld, nrows, DK,
+                                                ltid, loaders);
+        load_slab_tile<kLdU>(st.U, ws.U + (hrow + c0) * DV + v0, DV, nrows, vcols, slabs, ltid,
+                             loaders);
+        if (ltid < kChunk) {
+          if (ltid < nrows)
+            cp_async<4>(st.gam + ltid, ws.gam + hrow + c0 + ltid);
+          else
+            st.gam[ltid] = 0.f;
+        }
       }
       cp_async_commit();
     };
 
     __syncthreads();  // the previous item is done with shared memory
-
-    // State slice in registers: warp owns m16 tiles warp, warp + 8, ... and every n8 tile.
-    float sacc[kSm][kTilesN][4];
+    // S^T in accumulator tiles: element e of tile kt is (value v, key c) below (v block-local).
+    float sacc[kKT][4];
 #pragma unroll
-    for (int sm = 0; sm < kSm; ++sm) {
-      const int mt = warp + kWarps * sm;
+    for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-      for (int nt = 0; nt < kTilesN; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = 16 * mt + g8 + 8 * (e >> 1), col = 8 * nt + 2 * t4 + (e & 1);
-          float val = 0.f;
-          if (mt < kTilesS && slot_in >= 0 && row < DK && col < vcols)
-            val = state[slot_in * state_ld + state_head + int64_t(row) * DV + col];
-          sacc[sm][nt][e] = val;
-          if (mt < kTilesS) Ss[row * kLdS + col] = round_tf32(val);
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int v = kSlab * warp + g8 + 8 * (e >> 1), c = 8 * kt + 2 * t4 + (e & 1);
+        sacc[kt][e] = active && slot_in >= 0 && v < vcols && c < DK
+                          ? state[slot_in * state_ld + state_head + int64_t(c) * DV + v]
+                          : 0.f;
       }
-    }
     if (n_chunks > 0) issue(0, stage(0));
 
     for (int ci = 0; ci < n_chunks; ++ci) {
       const Stage st = stage(ci & 1);
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
       cp_async_wait_all();
-      __syncthreads();  // stage ci and S visible; chunk ci - 1 done with the other stage and Vf
+      __syncthreads();  // stage ci visible; chunk ci - 1 is done with the other stage and ef, fj
       if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
-
-      // Phase A: v_new = U - W S and O = scale exp(gamma) (q S), sharing the B fragments of S.
-      // Warp: rows 16 mt.., n8 tiles nh, nh + 2, ...
-      const int mt = warp & 3, nh = warp >> 2;
-      float acc_v[kSa][4] = {}, acc_o[kSa][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < C::kKp / 8; ++kk) {
-        uint32_t aw[4], aq[4];
-        frag_a_tf32(aw, st.W + 16 * mt * kLdW + 8 * kk, kLdW, lane);
-        frag_a(aq, st.Q + 16 * mt * kLdH + 8 * kk, kLdH, g8, t4);
-#pragma unroll
-        for (int s = 0; s < kSa; ++s) {
-          const int nt = nh + 2 * s;
-          if (kEvenN || nt < kTilesN) {
-            uint32_t b[2];
-            frag_b_tf32(b, Ss + 8 * kk * kLdS + 8 * nt, kLdS, g8, t4);
-            mma(acc_v[s], aw, b);
-            mma(acc_o[s], aq, b);
-          }
-        }
-      }
       const float gam_last = st.gam[nrows - 1];
+      if (ltid >= 0 && ltid < kChunk) {
+        const int j = ltid;
+        ef[j] = scale * __expf(st.gam[j]);
+        fj[j] = j < nrows ? __expf(gam_last - st.gam[j]) : 0.f;
+      }
+
+      // Phase A: v_new^T = U^T - S^T W^T and O^T = S^T q^T, sharing the A fragments of S^T.
+      float acc_v[kRowTiles][4] = {}, acc_o[kRowTiles][4] = {};
+      if (active) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = 16 * mt + g8 + 8 * h;
-        const float e = scale * __expf(st.gam[i]);
-        const float f = i < nrows ? __expf(gam_last - st.gam[i]) : 0.f;
-        const int64_t wrow = (hrow + c0 + i) * DV + v0;  // workspace row of U, O
+        for (int kt = 0; kt < kKT; ++kt) {
+          uint32_t a[4];
+          acc_as_a(a, sacc[kt]);
 #pragma unroll
-        for (int s = 0; s < kSa; ++s) {
-          const int nt = nh + 2 * s;
-          if (kEvenN || nt < kTilesN) {
-            const int j = 8 * nt + 2 * t4;
-            const float2 u = *reinterpret_cast<const float2*>(st.U + i * kLdS + j);
-            const float vn0 = u.x - acc_v[s][2 * h], vn1 = u.y - acc_v[s][2 * h + 1];
-            *reinterpret_cast<float2*>(Vf + i * kLdS + j) =
-                make_float2(round_tf32(vn0 * f), round_tf32(vn1 * f));
-            if (i < nrows && j < vcols) {  // vcols is even, so j + 1 < vcols too
-              *reinterpret_cast<float2*>(ws.U + wrow + j) =
-                  make_float2(round_tf32(vn0), round_tf32(vn1));
-              *reinterpret_cast<float2*>(ws.O + wrow + j) =
-                  make_float2(acc_o[s][2 * h] * e, acc_o[s][2 * h + 1] * e);
-            }
+          for (int nt = 0; nt < kRowTiles; ++nt) {
+            const int r = 8 * nt + g8, c = 8 * kt + 2 * t4;
+            const float2 w = *reinterpret_cast<const float2*>(st.W + r * kLdW + c);
+            const uint32_t bw[2] = {__float_as_uint(w.x), __float_as_uint(w.y)};
+            mma(acc_v[nt], a, bw);
+            const uint32_t qp = *reinterpret_cast<const uint32_t*>(st.Q + r * kLdH + c);
+            const uint32_t bq[2] = {qp << 16, qp & 0xffff0000u};
+            mma(acc_o[nt], a, bq);
           }
         }
       }
-      __syncthreads();  // f v_new complete; every warp is done reading Ss
+      __syncthreads();  // ef, fj written
 
-      // Phase C: S = exp(gamma_last) S + K^T (f v_new), into registers and Ss.
+      if (!active) continue;
+        // v_new and O to the workspace; acc_v becomes (v_new f)^T, the update's A operand.
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int v = kSlab * warp + g8 + 8 * (e >> 1), j = 8 * nt + 2 * t4 + (e & 1);
+          const float vn = st.U[j * kLdU + v] - acc_v[nt][e];
+          acc_v[nt][e] = round_tf32(vn * fj[j]);
+          if (j < nrows && v < vcols) {
+            const int64_t w = (hrow + c0 + j) * DV + v0 + v;
+            ws.U[w] = round_tf32(vn);
+            ws.O[w] = acc_o[nt][e] * ef[j];
+          }
+        }
+
+      // Phase C: S^T = exp(gamma_last) S^T + (v_new f)^T K.
       const float decay = __expf(gam_last);
 #pragma unroll
-      for (int sm = 0; sm < kSm; ++sm)
+      for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-        for (int nt = 0; nt < kTilesN; ++nt)
+        for (int e = 0; e < 4; ++e) sacc[kt][e] *= decay;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) sacc[sm][nt][e] *= decay;
+      for (int jt = 0; jt < kRowTiles; ++jt) {
+        const uint32_t a[4] = {__float_as_uint(acc_v[jt][0]), __float_as_uint(acc_v[jt][2]),
+                               __float_as_uint(acc_v[jt][1]), __float_as_uint(acc_v[jt][3])};
 #pragma unroll
-      for (int kk = 0; kk < kChunk / 8; ++kk) {
-        uint32_t b[kTilesN][2];
+        for (int kt = 0; kt < kKT; kt += kKGroup) {
+          uint32_t b[kKGroup][2];
+          frags_k<kKGroup>(b, st.K + 8 * jt * kLdH + 8 * kt, kLdH, lane);
 #pragma unroll
-        for (int nt = 0; nt < kTilesN; ++nt)
-          frag_b_tf32(b[nt], Vf + 8 * kk * kLdS + 8 * nt, kLdS, g8, t4);
-#pragma unroll
-        for (int sm = 0; sm < kSm; ++sm) {
-          const int smt = warp + kWarps * sm;
-          if (smt < kTilesS) {
-            uint32_t a[4];
-            frag_a_t(a, st.K + 8 * kk * kLdH + 16 * smt, kLdH, g8, t4);
-#pragma unroll
-            for (int nt = 0; nt < kTilesN; ++nt) mma(sacc[sm][nt], a, b[nt]);
-          }
+          for (int i = 0; i < kKGroup; ++i) mma(sacc[kt + i], a, b[i]);
         }
-      }
-#pragma unroll
-      for (int sm = 0; sm < kSm; ++sm) {
-        const int smt = warp + kWarps * sm;
-        if (smt >= kTilesS) continue;
-#pragma unroll
-        for (int nt = 0; nt < kTilesN; ++nt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = 16 * smt + g8 + 8 * h, col = 8 * nt + 2 * t4;
-            *reinterpret_cast<float2*>(Ss + row * kLdS + col) =
-                make_float2(round_tf32(sacc[sm][nt][2 * h]), round_tf32(sacc[sm][nt][2 * h + 1]));
-          }
       }
     }
 
     // Final state: each thread writes exactly the elements it read, so slot_out may be slot_in.
-    if (slot_out >= 0) {
+    if (active && slot_out >= 0) {
 #pragma unroll
-      for (int sm = 0; sm < kSm; ++sm) {
-        const int mt = warp + kWarps * sm;
+      for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-        for (int nt = 0; nt < kTilesN; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = 16 * mt + g8 + 8 * (e >> 1), col = 8 * nt + 2 * t4 + (e & 1);
-            if (mt < kTilesS && row < DK && col < vcols)
-              state[slot_out * state_ld + state_head + int64_t(row) * DV + col] = sacc[sm][nt][e];
-          }
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int v = kSlab * warp + g8 + 8 * (e >> 1), c = 8 * kt + 2 * t4 + (e & 1);
+          if (v < vcols && c < DK)
+            state[slot_out * state_ld + state_head + int64_t(c) * DV + v] = sacc[kt][e];
+        }
     }
   }
 }
@@ -254,8 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int DK, int DV>
 cudaError_t launch_state(const GdnArgs& a) {
   using C = StateCfg<DK, DV>;
-  const int blocks =
-      stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSplits, a.sms, 2);
+  const int blocks = stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSlabs, a.sms, 1);
   return launch_with_smem(gdn_state_kernel<DK, DV>, blocks, C::kBytes, a.stream, a.q, a.k, a.state,
                           a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
 }
