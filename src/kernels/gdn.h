@@ -5,7 +5,7 @@
 // depend only on meta's sizes (n_tokens, max_level_nodes) and the device's SM count, so a call
 // can be graph-captured.
 //
-// gdn_chunked runs four kernels on `stream` (spec qwen3_5.md §4.1, fla's decomposition):
+// gdn_chunked runs three kernels on `stream` (spec qwen3_5.md §4.1, fla's decomposition):
 //   plan    one block lists the level's chunks (node, first row); chunks start at each node's
 //           first row and the last one of a node may be short, exactly as the CPU reference;
 //   prepare one block per (chunk, value head), all in parallel: in-chunk cumulative gamma,
@@ -15,9 +15,8 @@
 //   state   one block per (node, value head, share of its 16-column slabs; a level with few
 //           nodes splits its heads finer): walks the node's chunks in order with the state,
 //           transposed, in registers (a warp per slab): v_new = U - W S,
-//           O = Dk^-1/2 exp(gamma) (q S), S = exp(gamma_last) S +
-//           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential;
-//   output  one block per (chunk, value head), all in parallel: out = O + P v_new.
+//           out = Dk^-1/2 exp(gamma) (q S) + P v_new, S = exp(gamma_last) S +
+//           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential.
 // Products run on tensor cores with fp32 accumulation: the Gram products K K^T and Q K^T as bf16
 // (mma.sync m16n8k16; products of bf16 inputs are exact in fp32), the rest as tf32 (m16n8k8): q
 // and k are bf16, hence exact in tf32; T, W, U, P, the state and v_new are rounded to tf32
@@ -52,8 +51,8 @@ cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat
 
 // Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
 // meta.n_tokens it is called with): fp32 W [Hv][T][Dk], U [Hv][T][Dv], P [Hv][T][64],
-// O [Hv][T][Dv], gamma [Hv][T] and the chunk list, i.e. about 4 * Hv * T * (Dk + 2 Dv + 65)
-// bytes (180 MB for Hv = 16, Dk = Dv = 128, T = 6260). Nothing in it outlives a call, so every GDN
+// gamma [Hv][T] and the chunk list, i.e. about 4 * Hv * T * (Dk + Dv + 65) bytes (128 MB for
+// Hv = 16, Dk = Dv = 128, T = 6260). Nothing in it outlives a call, so every GDN
 // layer (and every level) can share one buffer as long as the calls are ordered on one stream.
 size_t gdn_workspace_bytes(int64_t T, int heads_v, int dim_k, int dim_v);
 

@@ -1,7 +1,7 @@
 // Chunked gated delta rule over one tree level (spec qwen3_5.md §4.1), the CUDA twin of the CPU
-// reference's gdn_chunked_head: the launcher that carves the workspace and runs the four kernels
-// of gdn_prepare.cu, gdn_state.cu and gdn_output.cu in order on one stream (gdn.h says what each
-// computes; gdn_chunk.cuh holds what they share).
+// reference's gdn_chunked_head: the launcher that carves the workspace and runs the three kernels
+// of gdn_prepare.cu and gdn_state.cu in order on one stream (gdn.h says what each computes;
+// gdn_chunk.cuh holds what they share).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,7 @@ using gdn_detail::Workspace;
 namespace {
 
 struct WorkspaceLayout {
-  size_t W, U, P, O, gam, chunks, total;
+  size_t W, U, P, gam, chunks, total;
 };
 
 WorkspaceLayout workspace_layout(int64_t T, int heads_v, int dim_k, int dim_v) {
@@ -32,7 +32,6 @@ WorkspaceLayout workspace_layout(int64_t T, int heads_v, int dim_k, int dim_v) {
   l.W = o, o += round_up(rows * size_t(dim_k) * 4);
   l.U = o, o += round_up(rows * size_t(dim_v) * 4);
   l.P = o, o += round_up(rows * kChunk * 4);
-  l.O = o, o += round_up(rows * size_t(dim_v) * 4);
   l.gam = o, o += round_up(rows * 4);
   l.chunks = o, o += round_up(list * sizeof(int2));
   l.total = o;
@@ -51,10 +50,9 @@ cudaError_t launch_gdn(GdnArgs a, void* workspace) {
     return cudaErrorMisalignedAddress;
   const WorkspaceLayout l = workspace_layout(a.meta.n_tokens, a.heads_v, DK, DV);
   unsigned char* base = static_cast<unsigned char*>(workspace);
-  a.ws =
-      Workspace{reinterpret_cast<float*>(base + l.W),   reinterpret_cast<float*>(base + l.U),
-                reinterpret_cast<float*>(base + l.P),   reinterpret_cast<float*>(base + l.O),
-                reinterpret_cast<float*>(base + l.gam), reinterpret_cast<int2*>(base + l.chunks)};
+  a.ws = Workspace{reinterpret_cast<float*>(base + l.W), reinterpret_cast<float*>(base + l.U),
+                   reinterpret_cast<float*>(base + l.P), reinterpret_cast<float*>(base + l.gam),
+                   reinterpret_cast<int2*>(base + l.chunks)};
   a.scale = float(1.0 / std::sqrt(double(DK)));
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -63,7 +61,6 @@ cudaError_t launch_gdn(GdnArgs a, void* workspace) {
   if (err == cudaSuccess) err = gdn_detail::launch_plan(a);
   if (err == cudaSuccess) err = gdn_detail::launch_prepare<DK, DV>(a);
   if (err == cudaSuccess) err = gdn_detail::launch_state<DK, DV>(a);
-  if (err == cudaSuccess) err = gdn_detail::launch_output<DK, DV>(a);
   return err;
 }
 

@@ -1,4 +1,4 @@
-// Shared by the chunked delta rule's kernels (gdn_prepare.cu, gdn_state.cu, gdn_output.cu) and
+// Shared by the chunked delta rule's kernels (gdn_prepare.cu, gdn_state.cu) and
 // their launcher (gdn_chunk.cu): tensor-core fragment helpers, asynchronous tile copies, the
 // head-dim shapes and the workspace the kernels hand results through.
 //
@@ -8,9 +8,9 @@
 // leading dimensions are padded so that every fragment load is free of bank conflicts for
 // Dk = Dv = 128. Small head dims (test checkpoints) pad to whole tiles with zeros.
 //
-// fp32 operands that are only ever read by tensor cores (W, P, the state as an operand, v_new) are
-// stored already rounded to tf32 (cvt.rna, as the mma operand would be rounded), so the hot loops
-// load them without converting and the results keep the same bits.
+// fp32 operands that are only ever read by tensor cores (W, P) are stored already rounded to tf32
+// (cvt.rna, as the mma operand would be rounded), so the hot loops load them without converting
+// and the results keep the same bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -103,6 +103,11 @@ __device__ __forceinline__ void cp_async_commit() {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
+// Waits until at most kPending of this thread's most recent groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 template <int kBytes>
 __device__ __forceinline__ void zero_bytes(void* p) {
   if constexpr (kBytes == 16)
@@ -154,9 +159,8 @@ struct Dims {
 // by value head and stream row, so chunks of different nodes never share one.
 struct Workspace {
   float* W;      // [Hv][T][Dk] T (beta exp(gamma) K), tf32-rounded
-  float* U;      // [Hv][T][Dv] T (beta V); the state kernel replaces it by v_new (tf32-rounded)
+  float* U;      // [Hv][T][Dv] T (beta V)
   float* P;      // [Hv][T][64] row i of a chunk against its rows j (0 for j > i), tf32-rounded
-  float* O;      // [Hv][T][Dv] Dk^-1/2 exp(gamma) (q S): the inter-chunk part of the output
   float* gam;    // [Hv][T] in-chunk cumulative g
   int2* chunks;  // [0].x: number of chunks of the level; [1 + c]: (node, first row in node)
 };
@@ -189,7 +193,7 @@ inline int stride_grid(int64_t items, int sms, int per_sm) {
 }
 
 // kernel<<<blocks, kThreads, bytes, stream>>>(args...), its dynamic shared-memory limit raised
-// to `bytes` first (the prepare, state and output kernels all need more than the default 48 KB).
+// to `bytes` first (the prepare and state kernels both need more than the default 48 KB).
 template <typename... Params, typename... Args>
 cudaError_t launch_with_smem(void (*kernel)(Params...), int blocks, int bytes, cudaStream_t stream,
                              Args... args) {
@@ -206,8 +210,6 @@ template <int DK, int DV>
 cudaError_t launch_prepare(const GdnArgs& a);
 template <int DK, int DV>
 cudaError_t launch_state(const GdnArgs& a);
-template <int DK, int DV>
-cudaError_t launch_output(const GdnArgs& a);
 
 // The head dims the kernels are built for: the real models' 128 x 128 and small test shapes.
 #define FLIDE_GDN_SMALL_DV(X, DK) X(DK, 8) X(DK, 12) X(DK, 16) X(DK, 24)

@@ -1,27 +1,26 @@
-// The chunked delta rule's sequential half (gdn.h): one block per (node, value head, share of its
-// value columns) walks the node's chunks in order with the state in registers, transposed: each
-// warp owns a slab of 16 rows of S^T (value columns of S) against every key, as mma.sync
-// accumulators. Per chunk
-// it does only what the next chunk's state depends on, plus the one product that needs the state
-// entering the chunk:
-//   v_new^T = U^T - S^T W^T          (v_new replaces U in the workspace)
-//   O^T     = Dk^-1/2 exp(gamma) (S^T q^T)  (to the workspace; the output kernel adds P v_new)
+// The chunked delta rule's sequential half and its output (gdn.h): one block per (node, value
+// head, share of its value columns) walks the node's chunks in order with the state in registers,
+// transposed: each warp owns a slab of 16 rows of S^T (value columns of S) against every key, as
+// mma.sync accumulators. Per chunk, from the state entering it:
+//   v_new^T = U^T - S^T W^T
+//   out^T   = Dk^-1/2 exp(gamma) (S^T q^T) + v_new^T P^T      (to bf16 out)
 //   S^T     = exp(gamma_last) S^T + (v_new f)^T K,  f_j = exp(gamma_last - gamma_j).
-// Why transposed: the state is then the A operand of both products of phase A, and v_new^T the A
-// operand of the update, and an m16n8 accumulator is an m16n8k8 tf32 A fragment as it stands
+// Why transposed: the state is then the A operand of both products with S, and v_new^T the A
+// operand of the other two, and an m16n8 accumulator is an m16n8k8 tf32 A fragment as it stands
 // once the k index is permuted (k slot t <-> column 2t, slot t + 4 <-> 2t + 1; the B fragments
-// read rows in the same order). So neither the state nor v_new ever goes through shared memory,
-// the warps never wait for each other inside a chunk, and each chunk's W, q and K are staged
-// once per block for up to 8 slabs (the previous kernel, 32-column slices with the state in shared
-// memory, spent ~15 SM-us per head and chunk, bound by its redundant operand loads).
+// read rows in the same order). So neither the state nor v_new ever goes through shared or
+// global memory, the warps never wait for each other inside a chunk, and each chunk's W, q, K and
+// P are staged once per block for up to 8 slabs. (The previous kernels, 32-column slices with the
+// state in shared memory plus a parallel output kernel, spent ~15 SM-us per head and chunk on
+// redundant operand loads and moved v_new and q S through global memory.)
 //
-// B fragments: W^T from fp32 W [row][key] (one 8-byte load: keys 2t, 2t + 1), q^T from bf16 q
-// (one 4-byte load of the bf16 pair), K from bf16 K [row][key] by ldmatrix.trans (rows 2t and
-// 2t + 1 of one key column in one register). Row paddings make all three free of bank conflicts
-// for Dk = Dv = 128.
+// B fragments: W^T and P^T from fp32 [row][col] tiles (one 8-byte load: columns 2t, 2t + 1), q^T
+// from bf16 q (one 4-byte load of the bf16 pair), K from bf16 K [row][key] by ldmatrix.trans
+// (rows 2t and 2t + 1 of one key column in one register). Row paddings make all of them free of
+// bank conflicts for Dk = Dv = 128.
 //
-// Chunk rows past a node's end are zeros in shared memory (W, q, k, U, gamma) and f = 0 there:
-// they change neither the real rows' outputs nor the state, and they are never written back.
+// Chunk rows past a node's end are zeros in shared memory (W, q, k, U, P, gamma) and f = 0 there:
+// they change neither the real rows' outputs nor the state, and they are never written.
 #include "kernels/gdn_chunk.cuh"
 
 namespace flide::kernels::gdn_detail {
@@ -40,15 +39,18 @@ struct StateCfg : Dims<DK, DV> {
   static constexpr int kLdW = D::kKp + 8;         // fp32: 8 mod 32 words (8-byte fragment loads)
   static constexpr int kLdH = D::kLdH;            // bf16 q, K: 4 mod 32 words
   static constexpr int kLdU = kUcols + 4;         // fp32: 4 mod 32 words
+  static constexpr int kLdP = kChunk + 8;         // fp32: 8 mod 32 words, like W
 
-  // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's factors.
+  // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's P (one
+  // buffer: two stages and two P do not fit; P is loaded during phase A), then its factors.
   static constexpr int kStW = 0;
   static constexpr int kStQ = kStW + kChunk * kLdW * 4;
   static constexpr int kStK = kStQ + kChunk * kLdH * 2;
   static constexpr int kStU = kStK + kChunk * kLdH * 2;
   static constexpr int kStGam = kStU + kChunk * kLdU * 4;
   static constexpr int kStBytes = kStGam + kChunk * 4;
-  static constexpr int kFactors = 2 * kStBytes;  // [64] scale exp(gamma_j), [64] f_j
+  static constexpr int kP = 2 * kStBytes;
+  static constexpr int kFactors = kP + kChunk * kLdP * 4;  // [64] scale exp(gamma_j), [64] f_j
   static constexpr int kBytes = kFactors + 2 * kChunk * 4;
 
   static_assert(kStQ % 16 == 0 && kStK % 16 == 0 && kStU % 16 == 0 && kStBytes % 16 == 0,
@@ -112,10 +114,11 @@ __device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_state_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, float* state,
-                     Workspace ws, int heads_k, int heads_v, int level, float scale,
-                     TreeMeta meta) {
+                     bf16* __restrict__ out, Workspace ws, int heads_k, int heads_v, int level,
+                     float scale, TreeMeta meta) {
   using C = StateCfg<DK, DV>;
-  constexpr int kLdW = C::kLdW, kLdH = C::kLdH, kLdU = C::kLdU, kKT = C::kKeyTiles;
+  constexpr int kLdW = C::kLdW, kLdH = C::kLdH, kLdU = C::kLdU, kLdP = C::kLdP;
+  constexpr int kKT = C::kKeyTiles;
   constexpr int kRowTiles = kChunk / 8;  // n8 tiles of the chunk's rows
   constexpr int kKGroup = kKT % 4 == 0 ? 4 : kKT % 2 == 0 ? 2 : 1;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -132,13 +135,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                  reinterpret_cast<bf16*>(base + C::kStK), reinterpret_cast<float*>(base + C::kStU),
                  reinterpret_cast<float*>(base + C::kStGam)};
   };
+  float* Ps = reinterpret_cast<float*>(smem + C::kP);        // [64][kLdP] the chunk's P
   float* ef = reinterpret_cast<float*>(smem + C::kFactors);  // [64] scale exp(gamma_j)
   float* fj = ef + kChunk;                                   // [64] exp(gamma_last - gamma_j)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
   const int64_t qk_ld = int64_t(heads_k) * DK;
-  const int64_t state_ld = int64_t(heads_v) * DK * DV;
+  const int64_t state_ld = int64_t(heads_v) * DK * DV, out_ld = int64_t(heads_v) * DV;
   const int group = heads_v / heads_k;
   const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
   int splits = 1;
@@ -196,13 +200,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                           ? state[slot_in * state_ld + state_head + int64_t(c) * DV + v]
                           : 0.f;
       }
+    auto issue_p = [&](int ci) {
+      if (ltid >= 0)
+        load_tile<float, 4, kChunk, kLdP>(Ps, ws.P + (hrow + ci * kChunk) * kChunk, kChunk,
+                                          min(kChunk, len - ci * kChunk), kChunk, ltid, loaders);
+      cp_async_commit();
+    };
     if (n_chunks > 0) issue(0, stage(0));
 
     for (int ci = 0; ci < n_chunks; ++ci) {
       const Stage st = stage(ci & 1);
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
       cp_async_wait_all();
-      __syncthreads();  // stage ci visible; chunk ci - 1 is done with the other stage and ef, fj
+      __syncthreads();  // stage ci visible; chunk ci - 1 is done with the other stage, P, ef, fj
+      issue_p(ci);      // first: phase A's end waits for it, not for the next stage
       if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
       const float gam_last = st.gam[nrows - 1];
       if (ltid >= 0 && ltid < kChunk) {
@@ -230,22 +241,44 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-      __syncthreads();  // ef, fj written
+      if (ci + 1 < n_chunks)
+        cp_async_wait_group<1>();  // P, not necessarily the next stage
+      else
+        cp_async_wait_all();
+      __syncthreads();  // P, ef, fj written
 
       if (!active) continue;
-        // v_new and O to the workspace; acc_v becomes (v_new f)^T, the update's A operand.
+        // The output, out^T = O^T + v_new^T P^T (P is lower triangular: row tiles jt <= nt), from
+        // O = scale exp(gamma) q S and v_new, both still in registers.
 #pragma unroll
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int v = kSlab * warp + g8 + 8 * (e >> 1), j = 8 * nt + 2 * t4 + (e & 1);
-          const float vn = st.U[j * kLdU + v] - acc_v[nt][e];
-          acc_v[nt][e] = round_tf32(vn * fj[j]);
-          if (j < nrows && v < vcols) {
-            const int64_t w = (hrow + c0 + j) * DV + v0 + v;
-            ws.U[w] = round_tf32(vn);
-            ws.O[w] = acc_o[nt][e] * ef[j];
-          }
+          acc_v[nt][e] = st.U[j * kLdU + v] - acc_v[nt][e];
+          acc_o[nt][e] *= ef[j];
+        }
+#pragma unroll
+      for (int jt = 0; jt < kRowTiles; ++jt) {
+        uint32_t a[4];
+        acc_as_a(a, acc_v[jt]);
+#pragma unroll
+        for (int nt = jt; nt < kRowTiles; ++nt) {
+          const float2 p =
+              *reinterpret_cast<const float2*>(Ps + (8 * nt + g8) * kLdP + 8 * jt + 2 * t4);
+          const uint32_t bp[2] = {__float_as_uint(p.x), __float_as_uint(p.y)};
+          mma(acc_o[nt], a, bp);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int v = kSlab * warp + g8 + 8 * (e >> 1), i = 8 * nt + 2 * t4 + (e & 1);
+          if (i < nrows && v < vcols)
+            out[(off + c0 + i) * out_ld + int64_t(head) * DV + v0 + v] =
+                __float2bfloat16_rn(acc_o[nt][e]);
+          acc_v[nt][e] = round_tf32(acc_v[nt][e] * fj[i]);  // (v_new f)^T, the update's A
         }
 
       // Phase C: S^T = exp(gamma_last) S^T + (v_new f)^T K.
@@ -289,7 +322,7 @@ cudaError_t launch_state(const GdnArgs& a) {
   using C = StateCfg<DK, DV>;
   const int blocks = stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSlabs, a.sms, 1);
   return launch_with_smem(gdn_state_kernel<DK, DV>, blocks, C::kBytes, a.stream, a.q, a.k, a.state,
-                          a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
+                          a.out, a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_state<DK, DV>(const GdnArgs&);
