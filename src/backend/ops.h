@@ -75,12 +75,15 @@ class Ops {
   // out[T, H] = table[token_ids[t]]
   virtual void embed(View table, View out) = 0;
   // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); w is [1, x.cols].
-  virtual void rmsnorm(View x, View w, View out, double eps, bool unit_offset) = 0;
   // out may alias x (in-place normalisation).
+  virtual void rmsnorm(View x, View w, View out, double eps, bool unit_offset) = 0;
+  // The residual add and the norm that reads its result, in one pass over the rows:
+  // x += delta (rounded to x's dtype), then out = rmsnorm(x, w, eps, unit_offset) of that rounded
+  // x; bit-identical to adding elementwise and calling rmsnorm. x, delta, out [R, C], w [1, C];
+  // out must not overlap x.
+  virtual void add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) = 0;
   // out[R, N] = x[R, K] . w[N, K]^T
   virtual void matmul(View x, View w, View out) = 0;
-  // acc += x
-  virtual void add(View acc, View x) = 0;
   // out = silu(gate) * up; out may alias gate or up
   virtual void silu_mul(View gate, View up, View out) = 0;
   // x *= sigmoid(gate)

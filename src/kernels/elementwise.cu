@@ -1,8 +1,9 @@
-// Elementwise ops over flat bf16 tensors: the residual add, the SwiGLU and attention-gate
-// products, the GDN decay / write gates, and bf16 <-> fp32 conversions. Grid-stride loops over
-// 8-element chunks (one 16-byte access per operand) when every pointer is 16-byte aligned,
-// then a scalar tail; element by element otherwise. Each output is computed in fp32 from its
-// inputs and rounded once, as PyTorch's bf16 elementwise kernels do.
+// Elementwise ops over flat bf16 tensors: the SwiGLU and attention-gate products, the GDN
+// decay / write gates, and bf16 <-> fp32 conversions (the residual add is fused into the norm
+// after it, add_rmsnorm in norms.cu). Grid-stride loops over 8-element chunks (one 16-byte
+// access per operand) when every pointer is 16-byte aligned, then a scalar tail; element by
+// element otherwise. Each output is computed in fp32 from its inputs and rounded once, as
+// PyTorch's bf16 elementwise kernels do.
 #include <cmath>
 
 #include "kernels/bf16x8.cuh"
@@ -37,9 +38,9 @@ cudaError_t launch_elementwise(const F& f, int64_t n, bool vec, cudaStream_t str
   return cudaGetLastError();
 }
 
-// out = f(a, b) elementwise, in fp32 with one rounding. No __restrict__: add and sigmoid_mul
-// write over a, and silu_mul's out may alias gate or up; each element is read and then written
-// by one thread, so aliasing is harmless.
+// out = f(a, b) elementwise, in fp32 with one rounding. No __restrict__: sigmoid_mul writes over
+// a, and silu_mul's out may alias gate or up; each element is read and then written by one
+// thread, so aliasing is harmless.
 template <class F>
 struct BinaryOp {
   const bf16* a;
@@ -59,9 +60,6 @@ struct BinaryOp {
   }
 };
 
-struct Sum {
-  __device__ float operator()(float x, float y) const { return x + y; }
-};
 struct SiluTimes {  // silu(gate) * up
   __device__ float operator()(float g, float u) const { return g * detail::sigmoid_fast(g) * u; }
 };
@@ -119,10 +117,6 @@ __global__ void gdn_gates_kernel(const bf16* a, const bf16* b, const bf16* A_log
 }
 
 }  // namespace
-
-cudaError_t add(bf16* acc, const bf16* x, int64_t n, cudaStream_t stream) {
-  return launch_binary<Sum>(acc, x, acc, n, stream);
-}
 
 cudaError_t silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n, cudaStream_t stream) {
   return launch_binary<SiluTimes>(gate, up, out, n, stream);

@@ -1,12 +1,17 @@
-// Row norms: rmsnorm (HF Qwen3_5RMSNorm, optional 1 + w) and gated_rmsnorm (HF
-// Qwen3_5RMSNormGated). One kernel template serves both: a group of threads owns a row, sums its
-// squares in fp32, and rescales the row it kept in registers; only the per-op epilogue differs.
+// Row norms: rmsnorm (HF Qwen3_5RMSNorm, optional 1 + w), add_rmsnorm (the residual add fused
+// into the rmsnorm that follows it) and gated_rmsnorm (HF Qwen3_5RMSNormGated). One kernel
+// template serves all three: a group of threads owns a row, sums its squares in fp32, and
+// rescales the row it kept in registers; only the per-op first read and epilogue differ.
 // (The GDN layer's q/k L2 norm is the epilogue of its conv, gdn_conv.cu.)
 //
 // Determinism: the group size depends on dim alone and chunk c of a row always goes to thread
 // c % group, summed in ascending order, then a fixed butterfly / per-warp order. A row's result
 // therefore depends only on the row, never on the batch it arrived in or on the pointers'
 // alignment (bf16x8.cuh).
+//
+// add_rmsnorm reads the residual and the delta once and writes the residual and the normed row
+// once. Its sum is rounded to bf16 before it is squared, so it computes exactly what the
+// elementwise add (one fp32 sum, one rounding) followed by rmsnorm computes, bit for bit.
 //
 // Numerics: fp32 throughout, one rounding to bf16 at the store. gated_rmsnorm keeps the
 // normalised value in fp32 before multiplying by w, where HF rounds it to bf16 first (spec
@@ -35,6 +40,9 @@ struct RmsNormOp {
   bool unit_offset;
 
   __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
+  __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
+    load8(in_row(r, dim) + e, dim - e, vec, v);
+  }
   __device__ float scale(float sum_sq, int64_t dim) const {
     return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
   }
@@ -48,6 +56,32 @@ struct RmsNormOp {
   }
 };
 
+// rmsnorm over x + delta: the first read of a chunk also writes the rounded sum back to x, and
+// the chunk continues as those bf16 values, so the re-read of a chunk beyond the register cache
+// (through in_row) sees the same numbers.
+struct AddRmsNormOp {
+  bf16* x;            // [rows, dim], the residual, updated in place
+  const bf16* delta;  // [rows, dim]
+  RmsNormOp norm;     // norm.x == x; norm.out must not overlap x
+
+  __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
+  __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
+    float d[8];
+    load8(x + r * dim + e, dim - e, vec, v);
+    load8(delta + r * dim + e, dim - e, vec, d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = __bfloat162float(__float2bfloat16_rn(v[k] + d[k]));
+    store8(x + r * dim + e, dim - e, vec, v);  // bf16-exact values: stored unchanged
+  }
+  __device__ float scale(float sum_sq, int64_t dim) const {
+    return norm.scale(sum_sq, dim);
+  }
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
+                         float s) const {
+    norm.finish(r, dim, e, vec, v, s);
+  }
+};
+
 struct GatedRmsNormOp {
   const bf16* o;  // [rows, dim]
   const bf16* z;  // [rows, dim]
@@ -56,6 +90,9 @@ struct GatedRmsNormOp {
   float eps;
 
   __device__ const bf16* in_row(int64_t r, int64_t dim) const { return o + r * dim; }
+  __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
+    load8(in_row(r, dim) + e, dim - e, vec, v);
+  }
   __device__ float scale(float sum_sq, int64_t dim) const {
     return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
   }
@@ -72,8 +109,9 @@ struct GatedRmsNormOp {
 
 // A row belongs to `group` consecutive threads: group <= 32 packs blockDim / group rows into a
 // block; group == blockDim (a multiple of 32, at most kMaxGroup) gives each block one row. Each
-// thread keeps its first V chunks in registers; chunks beyond V * group (dim > 8192) are read
-// again from memory for the store, by the same thread, so out == x stays safe.
+// thread reads every chunk it owns once through op.load and keeps its first V chunks in
+// registers; chunks beyond V * group (dim > 8192) are read again from memory (op.in_row) for the
+// store, by the same thread, so out == x stays safe.
 template <class Op, int V>
 __global__ void __launch_bounds__(kMaxGroup)
     norm_rows_kernel(Op op, int64_t rows, int64_t dim, int group, bool vec) {
@@ -86,7 +124,6 @@ __global__ void __launch_bounds__(kMaxGroup)
     // Threads past the last row still run the shuffles and barriers, with nothing to do.
     const int64_t r = first + int(threadIdx.x) / group;
     const bool live = r < rows;
-    const bf16* in = op.in_row(live ? r : 0, dim);
 
     float cache[V][8];
     float sum_sq = 0.f;
@@ -94,14 +131,14 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int v = 0; v < V; ++v) {
       const int64_t c = lane + int64_t(v) * group;
       if (live && c < n_chunks) {
-        load8(in + 8 * c, dim - 8 * c, vec, cache[v]);
+        op.load(r, dim, 8 * c, vec, cache[v]);
 #pragma unroll
         for (int k = 0; k < 8; ++k) sum_sq = fmaf(cache[v][k], cache[v][k], sum_sq);
       }
     }
     for (int64_t c = lane + int64_t(V) * group; live && c < n_chunks; c += group) {
       float t[8];
-      load8(in + 8 * c, dim - 8 * c, vec, t);
+      op.load(r, dim, 8 * c, vec, t);
 #pragma unroll
       for (int k = 0; k < 8; ++k) sum_sq = fmaf(t[k], t[k], sum_sq);
     }
@@ -117,6 +154,7 @@ __global__ void __launch_bounds__(kMaxGroup)
     }
     if (!live) continue;
     const float s = op.scale(sum_sq, dim);
+    const bf16* in = op.in_row(r, dim);
 
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -164,6 +202,14 @@ cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64
   const bool vec =
       dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(out);
   return launch_norm(RmsNormOp{x, w, out, eps, unit_offset}, rows, dim, vec, stream);
+}
+
+cudaError_t add_rmsnorm(bf16* x, const bf16* delta, const bf16* w, bf16* out, int64_t rows,
+                        int64_t dim, float eps, bool unit_offset, cudaStream_t stream) {
+  const bool vec = dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(delta) &&
+                   detail::aligned16(w) && detail::aligned16(out);
+  return launch_norm(AddRmsNormOp{x, delta, RmsNormOp{x, w, out, eps, unit_offset}}, rows, dim, vec,
+                     stream);
 }
 
 cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out, int64_t rows,

@@ -160,27 +160,35 @@ class Qwen35Model final : public Model {
     stream_ = &s;
     const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size()), H = cfg_.hidden_size;
 
+    const double eps = cfg_.rms_norm_eps;
     View x = ops_.scratch(T, H);   // residual stream [T, H]
     View xr = ops_.scratch(R, H);  // the out rows' residual from the last mixer on
+    View h = ops_.scratch(T, H);   // the input norm of the residual: what the next mixer reads
+    View hn = ops_.scratch(R, H);  // the final norm of the out rows
     ops_.embed(embed_, x);
+    ops_.rmsnorm(x, layers_[0].input_norm, h, eps, true);
+    // Each residual add is fused with the norm that reads its result (add_rmsnorm): the mixer's
+    // with post_attention_layernorm, the MLP's with the next layer's input_layernorm (the final
+    // norm after the last layer).
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerWeights& w = layers_[l];
       const bool last = l + 1 == layers_.size();
       const ScratchMark layer_start = ops_.scratch_mark();  // the layer's temporaries after it
-      View h = ops_.scratch(T, H);
-      ops_.rmsnorm(x, w.input_norm, h, cfg_.rms_norm_eps, true);
       View mixed = w.type == LayerType::LayerType_linear_attention ? gated_deltanet(w.gdn, h, last)
                                                                    : attention(w.attn, h, last);
       if (last) {  // selective readout: from here on only the out rows
         ops_.gather_rows(x, xr);
         x = xr;
       }
-      ops_.add(x, mixed);
-      mlp(w, x);
+      View n = ops_.scratch(x.rows, H);
+      ops_.add_rmsnorm(x, mixed, w.post_norm, n, eps, true);
+      View down = mlp(w, n);
+      if (last)
+        ops_.add_rmsnorm(x, down, final_norm_, hn, eps, true);
+      else
+        ops_.add_rmsnorm(x, down, layers_[l + 1].input_norm, h, eps, true);
       ops_.scratch_rewind(layer_start);
     }
-    View hn = ops_.scratch(R, H);
-    ops_.rmsnorm(x, final_norm_, hn, cfg_.rms_norm_eps, true);
     return readout(s, hn);
   }
 
@@ -216,18 +224,17 @@ class Qwen35Model final : public Model {
   }
 
  private:
-  // x += down(silu(gate(n)) * up(n)), n = post_attention_layernorm(x); x [rows, H]
-  void mlp(const LayerWeights& w, View x) {
-    const int64_t rows = x.rows, I = cfg_.intermediate_size;
-    View n = ops_.scratch(rows, cfg_.hidden_size);
-    ops_.rmsnorm(x, w.post_norm, n, cfg_.rms_norm_eps, true);
+  // down(silu(gate(n)) * up(n)) on the post-attention norm n [rows, H]; returns [rows, H] (the
+  // caller adds it to the residual).
+  View mlp(const LayerWeights& w, View n) {
+    const int64_t rows = n.rows, I = cfg_.intermediate_size;
     View gate = ops_.scratch(rows, I), up = ops_.scratch(rows, I);
     ops_.matmul(n, w.mlp_gate, gate);
     ops_.matmul(n, w.mlp_up, up);
     ops_.silu_mul(gate, up, gate);
     View out = ops_.scratch(rows, cfg_.hidden_size);
     ops_.matmul(gate, w.mlp_down, out);
-    ops_.add(x, out);
+    return out;
   }
 
   // Gated DeltaNet mixer on h [T, H]; returns [T, H], or [R, H] (out rows) when `last`.

@@ -1,7 +1,8 @@
 // Token-wise ops and the readout on the CUDA backend against the CPU float64 backend, on the
-// same bf16-exact random inputs (cuda_test_util.h): embed, rmsnorm, matmul (cuBLASLt, bf16 and
-// f32 outputs, odd and badly aligned shapes), add, silu_mul, sigmoid_mul, gather_rows,
-// select_logits. Outputs start as NaN on both sides.
+// same bf16-exact random inputs (cuda_test_util.h): embed, rmsnorm, add_rmsnorm (also bit for bit
+// against the add and rmsnorm it fuses), matmul (cuBLASLt, bf16 and f32 outputs, odd and badly
+// aligned shapes), silu_mul, sigmoid_mul, gather_rows, select_logits. Outputs start as NaN on
+// both sides.
 #include <random>
 #include <tuple>
 
@@ -51,6 +52,33 @@ TEST_P(CudaNorm, RmsnormBothOffsetsAndInPlace) {
   expect_rms("rmsnorm", p.got(y), p.ref(y), kTolBf16, "in place");
 }
 
+// Against the CPU: the CPU sums in float64 without rounding, the GPU rounds the sum to bf16
+// (x: one bf16 rounding, kTolBf16). Bit for bit on the GPU: x is the fp32 sum of the two bf16
+// values rounded once to bf16 (what an elementwise bf16 add computes), and out is what rmsnorm
+// makes of that x; a kernel that squared the unrounded sum, or did not store x, fails this.
+TEST_P(CudaNorm, AddRmsnormIsAddThenRmsnorm) {
+  const auto [R, C] = GetParam();
+  std::mt19937 gen{uint32_t(R * 17 + C)};
+  Pair p;
+  const auto x_host = rounded_bf16(random_floats(gen, R * C, -3, 3));
+  const auto d_host = rounded_bf16(random_floats(gen, R * C, -3, 3));
+  Vec added(x_host.size());
+  for (size_t i = 0; i < added.size(); ++i) added[i] = round_bf16(x_host[i] + d_host[i]);
+  auto w = p.put(1, C, random_floats(gen, C, -0.5, 0.5));
+  for (bool unit_offset : {true, false}) {
+    const std::string context = cat("[", R, ", ", C, "] unit_offset ", unit_offset);
+    auto x = p.put(R, C, x_host), d = p.put(R, C, d_host), out = p.poison(R, C);
+    p.both([&](Ops& ops, auto v) { ops.add_rmsnorm(v(x), v(d), v(w), v(out), 1e-6, unit_offset); });
+    expect_rms("add_rmsnorm (x)", p.got(x), p.ref(x), kTolBf16, context);
+    expect_rms("add_rmsnorm (out)", p.got(out), p.ref(out), kTolBf16, context);
+
+    expect_exact("add_rmsnorm (x) vs add", p.got(x), added, context);
+    auto normed = p.poison(R, C);
+    p.gpu().rmsnorm(x.gpu, w.gpu, normed.gpu, 1e-6, unit_offset);
+    expect_exact("add_rmsnorm (out) vs rmsnorm", p.got(out), p.got(normed), context);
+  }
+}
+
 TEST_P(CudaNorm, GatedRmsnorm) {
   const auto [R, C] = GetParam();
   std::mt19937 gen{uint32_t(R * 13 + C)};
@@ -67,7 +95,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaNorm,
                          ::testing::Values(NormShape{1, 1}, NormShape{1, 16}, NormShape{7, 37},
                                            NormShape{130, 24}, NormShape{200, 128},
                                            NormShape{65, 256}, NormShape{3, 1000},
-                                           NormShape{2, 4096}),
+                                           NormShape{2, 4096}, NormShape{300, 1024},
+                                           NormShape{3, 10000}, NormShape{2, 9001}),
                          [](const auto& info) {
                            return cat(info.param.rows, "x", info.param.cols);
                          });
@@ -133,15 +162,10 @@ TEST_F(CudaDense, MatmulWithEmptyInnerDimensionIsZero) {
 
 class CudaElementwise : public CudaTestWithParam<int64_t> {};
 
-TEST_P(CudaElementwise, AddSiluMulSigmoidMul) {
+TEST_P(CudaElementwise, SiluMulSigmoidMul) {
   const int64_t n = GetParam();
   std::mt19937 gen{uint32_t(n)};
   Pair p;
-  auto acc = p.put(1, n, random_floats(gen, n, -4, 4));
-  auto x = p.put(1, n, random_floats(gen, n, -4, 4));
-  p.both([&](Ops& ops, auto v) { ops.add(v(acc), v(x)); });
-  expect_rms("add", p.got(acc), p.ref(acc), kTolBf16, cat("n ", n));
-
   auto gate = p.put(1, n, random_floats(gen, n, -6, 6));
   auto up = p.put(1, n, random_floats(gen, n, -2, 2));
   auto out = p.poison(1, n);

@@ -1,5 +1,6 @@
-// Token-wise ops against float64 loops: embed, rmsnorm, matmul, add, silu_mul, sigmoid_mul,
-// gather_rows; f32 and f64 backends over a grid of odd shapes.
+// Token-wise ops against float64 loops: embed, rmsnorm, add_rmsnorm (and its bit-identity with
+// the add and rmsnorm it fuses), matmul, silu_mul, sigmoid_mul, gather_rows; f32 and f64
+// backends over a grid of odd shapes.
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -70,15 +71,57 @@ TEST_P(DenseTest, RmsNorm) {
   }
 }
 
-TEST_P(DenseTest, Add) {
-  auto gen = rng(6);
-  const auto a = random_floats(gen, R() * C(), -2, 2), b = random_floats(gen, R() * C(), -2, 2);
-  Device dev(dtype());
-  View acc = dev.put(R(), C(), a);
-  dev.ops().add(acc, dev.put(R(), C(), b));
-  Vec ref(a.size());
-  for (size_t i = 0; i < a.size(); ++i) ref[i] = double(a[i]) + b[i];
-  expect_close("add", dtype(), dev.get(acc), ref, tol(dtype()));
+// x += delta then rmsnorm of the new x, both in double (the f32 backend rounds the sum to
+// float first: 6e-8 relative, far inside the tolerance).
+TEST_P(DenseTest, AddRmsNorm) {
+  for (bool unit_offset : {true, false}) {
+    auto gen = rng(6 + unit_offset);
+    const auto x = random_floats(gen, R() * C(), -2, 2), d = random_floats(gen, R() * C(), -2, 2);
+    const auto w = random_floats(gen, C(), -0.5, 0.5);
+    const double eps = 1e-6;
+    Device dev(dtype());
+    View xv = dev.put(R(), C(), x), out = dev.poison(R(), C());
+    dev.ops().add_rmsnorm(xv, dev.put(R(), C(), d), dev.put(1, C(), w), out, eps, unit_offset);
+    Vec sum(x.size()), ref(x.size());
+    for (size_t i = 0; i < x.size(); ++i) sum[i] = double(x[i]) + d[i];
+    for (int64_t r = 0; r < R(); ++r) {
+      double sum_sq = 0;
+      for (int64_t c = 0; c < C(); ++c) sum_sq += sum[r * C() + c] * sum[r * C() + c];
+      const double inv = 1.0 / std::sqrt(sum_sq / double(C()) + eps);
+      for (int64_t c = 0; c < C(); ++c)
+        ref[r * C() + c] = sum[r * C() + c] * inv * (unit_offset ? 1.0 + w[c] : double(w[c]));
+    }
+    const std::string context = "unit_offset " + std::to_string(unit_offset);
+    expect_close("add_rmsnorm (x)", dtype(), dev.get(xv), sum, tol(dtype()), context);
+    expect_close("add_rmsnorm (out)", dtype(), dev.get(out), ref, tol(dtype()), context);
+  }
+}
+
+// The fused op is the residual add followed by rmsnorm, bit for bit: x becomes the sum rounded
+// to the compute type (what x += delta in T gives), and out is what rmsnorm makes of that x. A
+// fused op that squared an unrounded sum, or did not store x, fails here. delta spans 40
+// binades: the sum of two floats is then inexact in double too, so the f64 backend's rounding of
+// the sum is tested as well.
+TEST_P(DenseTest, AddRmsNormIsAddThenRmsNormBitForBit) {
+  for (bool unit_offset : {true, false}) {
+    auto gen = rng(8 + unit_offset);
+    const auto x = random_floats(gen, R() * C(), -2, 2);
+    auto d = random_floats(gen, R() * C(), -2, 2);
+    std::uniform_int_distribution<int> binade(0, 40);
+    for (float& v : d) v = std::ldexp(v, -binade(gen));
+    const auto w = random_floats(gen, C(), -0.5, 0.5);
+    Device dev(dtype());
+    View xv = dev.put(R(), C(), x), wv = dev.put(1, C(), w), out = dev.poison(R(), C());
+    dev.ops().add_rmsnorm(xv, dev.put(R(), C(), d), wv, out, 1e-6, unit_offset);
+    Vec added(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      added[i] = dtype() == DType::DType_f64 ? double(x[i]) + double(d[i]) : double(x[i] + d[i]);
+    View normed = dev.poison(R(), C());
+    dev.ops().rmsnorm(xv, wv, normed, 1e-6, unit_offset);
+    const std::string context = "unit_offset " + std::to_string(unit_offset);
+    EXPECT_EQ(rel_err(dev.get(xv), added), 0.0) << "x " << context;
+    EXPECT_EQ(rel_err(dev.get(out), dev.get(normed)), 0.0) << "out " << context;
+  }
 }
 
 TEST_P(DenseTest, SiluMul) {
@@ -119,16 +162,16 @@ TEST_P(DenseTest, GatherRows) {
   EXPECT_EQ(rel_err(dev.get(out), gather(widen(x), C(), s.out_rows)), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, DenseTest,
-                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
-                                            ::testing::Values(Shape{1, 1}, Shape{1, 37},
-                                                              Shape{5, 64}, Shape{17, 129},
-                                                              Shape{64, 3}, Shape{3, 300})),
-                         [](const auto& info) {
-                           const Shape s = std::get<1>(info.param);
-                           return dtype_label(std::get<0>(info.param)) + "_" +
-                                  std::to_string(s.rows) + "x" + std::to_string(s.cols);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Grid, DenseTest,
+    ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
+                       ::testing::Values(Shape{1, 1}, Shape{1, 37}, Shape{5, 64}, Shape{17, 129},
+                                         Shape{64, 3}, Shape{3, 300}, Shape{33, 1024})),
+    [](const auto& info) {
+      const Shape s = std::get<1>(info.param);
+      return dtype_label(std::get<0>(info.param)) + "_" + std::to_string(s.rows) + "x" +
+             std::to_string(s.cols);
+    });
 
 // ---- matmul: out[R, N] = x[R, K] . w[N, K]^T ----
 

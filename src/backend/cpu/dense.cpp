@@ -26,20 +26,51 @@ void CpuOps<T>::embed(View table, View out) {
   }
 }
 
+namespace {
+
+// HF Qwen3_5RMSNorm's scaling of one row x [C] into y, given the row's sum of squares.
+template <typename T>
+void scale_row(const T* x, const T* w, T* y, T sum_sq, int64_t C, double eps, bool unit_offset) {
+  const T inv = T(1) / std::sqrt(sum_sq / T(C) + T(eps));
+  for (int64_t c = 0; c < C; ++c) y[c] = x[c] * inv * (unit_offset ? T(1) + w[c] : w[c]);
+}
+
+}  // namespace
+
 // HF Qwen3_5RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w); the gated variant lives in gdn.cpp.
 template <typename T>
 void CpuOps<T>::rmsnorm(View x, View w, View out, double eps, bool unit_offset) {
   FLIDE_CHECK(w.size() == x.cols && out.rows == x.rows && out.cols == x.cols);
   const int64_t C = x.cols;
-  const T* wp = ptr(w);
 #pragma omp parallel for num_threads(threads_)
   for (int64_t r = 0; r < x.rows; ++r) {
     const T* xr = ptr(x) + r * C;
-    T* yr = ptr(out) + r * C;
     T sum_sq = 0;
     for (int64_t c = 0; c < C; ++c) sum_sq += xr[c] * xr[c];
-    const T inv = T(1) / std::sqrt(sum_sq / T(C) + T(eps));
-    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * inv * (unit_offset ? T(1) + wp[c] : wp[c]);
+    scale_row(xr, ptr(w), ptr(out) + r * C, sum_sq, C, eps, unit_offset);
+  }
+}
+
+// The squares are summed from x after the store, in rmsnorm's order, which is what makes the
+// fused op bit-identical to x += delta followed by rmsnorm.
+template <typename T>
+void CpuOps<T>::add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) {
+  FLIDE_CHECK(delta.rows == x.rows && delta.cols == x.cols && w.size() == x.cols &&
+                  out.rows == x.rows && out.cols == x.cols,
+              "x [", x.rows, ", ", x.cols, "] delta [", delta.rows, ", ", delta.cols, "] w ",
+              w.size(), " out [", out.rows, ", ", out.cols, "]");
+  FLIDE_CHECK(out.data != x.data || x.size() == 0, "add_rmsnorm: out must not be x");
+  const int64_t C = x.cols;
+#pragma omp parallel for num_threads(threads_)
+  for (int64_t r = 0; r < x.rows; ++r) {
+    T* xr = ptr(x) + r * C;
+    const T* dr = ptr(delta) + r * C;
+    T sum_sq = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      xr[c] += dr[c];
+      sum_sq += xr[c] * xr[c];
+    }
+    scale_row(xr, ptr(w), ptr(out) + r * C, sum_sq, C, eps, unit_offset);
   }
 }
 
@@ -57,15 +88,6 @@ void CpuOps<T>::matmul(View x, View w, View out) {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0, ptr(x), K, ptr(w), K, 0.0,
                 ptr(out), N);
   }
-}
-
-template <typename T>
-void CpuOps<T>::add(View acc, View x) {
-  FLIDE_CHECK(acc.size() == x.size());
-  T* a = ptr(acc);
-  const T* b = ptr(x);
-#pragma omp parallel for num_threads(threads_)
-  for (int64_t i = 0; i < acc.size(); ++i) a[i] += b[i];
 }
 
 template <typename T>
@@ -101,13 +123,13 @@ void CpuOps<T>::gather_rows(View x, View out) {
   }
 }
 
-#define FLIDE_INSTANTIATE(T)                                        \
-  template void CpuOps<T>::embed(View, View);                       \
-  template void CpuOps<T>::rmsnorm(View, View, View, double, bool); \
-  template void CpuOps<T>::matmul(View, View, View);                \
-  template void CpuOps<T>::add(View, View);                         \
-  template void CpuOps<T>::silu_mul(View, View, View);              \
-  template void CpuOps<T>::sigmoid_mul(View, View);                 \
+#define FLIDE_INSTANTIATE(T)                                                  \
+  template void CpuOps<T>::embed(View, View);                                 \
+  template void CpuOps<T>::rmsnorm(View, View, View, double, bool);           \
+  template void CpuOps<T>::add_rmsnorm(View, View, View, View, double, bool); \
+  template void CpuOps<T>::matmul(View, View, View);                          \
+  template void CpuOps<T>::silu_mul(View, View, View);                        \
+  template void CpuOps<T>::sigmoid_mul(View, View);                           \
   template void CpuOps<T>::gather_rows(View, View);
 FLIDE_INSTANTIATE(float)
 FLIDE_INSTANTIATE(double)

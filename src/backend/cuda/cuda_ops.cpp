@@ -78,13 +78,20 @@ void CudaOps::rmsnorm(View x, View w, View out, double eps, bool unit_offset) {
            "rmsnorm");
 }
 
-void CudaOps::add(View acc, View x) {
-  FLIDE_CHECK(acc.size() == x.size(), "cuda add: acc ", acc.size(), " x ", x.size());
-  bf16* ap = as_bf16(acc, "add", "acc");
-  const bf16* xp = as_bf16(x, "add", "x");
-  if (acc.size() == 0) return;
-  if (!op_begin({acc, x})) return;
-  launched(kernels::add(ap, xp, acc.size(), stream_), "add");
+void CudaOps::add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) {
+  FLIDE_CHECK(delta.rows == x.rows && delta.cols == x.cols && w.size() == x.cols &&
+                  out.rows == x.rows && out.cols == x.cols,
+              "cuda add_rmsnorm: x [", x.rows, ", ", x.cols, "] delta [", delta.rows, ", ",
+              delta.cols, "] w ", w.size(), " out [", out.rows, ", ", out.cols, "]");
+  FLIDE_CHECK(out.data != x.data || x.size() == 0, "cuda add_rmsnorm: out must not be x");
+  bf16* xp = as_bf16(x, "add_rmsnorm", "x");
+  const bf16* dp = as_bf16(delta, "add_rmsnorm", "delta");
+  const bf16* wp = as_bf16(w, "add_rmsnorm", "w");
+  bf16* op = as_bf16(out, "add_rmsnorm", "out");
+  if (x.size() == 0) return;
+  if (!op_begin({x, delta, w, out})) return;
+  launched(kernels::add_rmsnorm(xp, dp, wp, op, x.rows, x.cols, float(eps), unit_offset, stream_),
+           "add_rmsnorm");
 }
 
 void CudaOps::silu_mul(View gate, View up, View out) {

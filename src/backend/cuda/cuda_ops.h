@@ -78,8 +78,8 @@ class CudaOps final : public Ops {
 
   void embed(View table, View out) override;
   void rmsnorm(View x, View w, View out, double eps, bool unit_offset) override;
+  void add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) override;
   void matmul(View x, View w, View out) override;
-  void add(View acc, View x) override;
   void silu_mul(View gate, View up, View out) override;
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
