@@ -26,7 +26,9 @@
 // fragments, operands come from shared memory by ldmatrix (.trans for V). Shared rows are
 // padded by 16 bytes, so ldmatrix's 8 row addresses hit 8 distinct bank quads. Head dims that
 // are not a multiple of 16 (24) are zero-padded in shared memory to the next one.
-// hd 256: 8 warps, ~200 KB smem, 1 CTA/SM (hd 128 too, by registers); hd <= 64: 2 CTAs/SM.
+// hd 128: 1 CTA/SM (by registers); hd <= 64: 2 CTAs/SM. hd 256 (every Qwen3.5 size) runs the
+// same walk with its two products on wgmma instead (attention_wgmma.cu); attention_tile.cuh holds
+// what the two kernels share.
 //
 // Numerics: scores s * scale * log2(e) in fp32, exp2; the running max starts at a finite
 // sentinel (-1e30) and masked scores are -inf, so exp2(masked - max) is exactly 0, the rescale
@@ -57,25 +59,12 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/attention_tile.cuh"
 
 namespace flide::kernels {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-constexpr int kTileRows = 64;  // query rows per planner tile
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kM = 16 * kWarps;  // packed (row, head) query rows per CTA
-constexpr int kN = 64;           // keys per staged K/V block
-
-constexpr int32_t kPlanMagic = 0x46415431;  // "FAT1"
-constexpr int kHeaderWords = 4;
-constexpr int kTileWords = 4;
-constexpr int kRowWords = 4;
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kMaxInit = -1e30f;  // finite start of the running max
+using namespace attention_detail;
 
 template <int HD>
 struct Shape {
@@ -87,41 +76,6 @@ struct Shape {
       (size_t(kM) * kStride + 2 * size_t(kStageElems)) * sizeof(bf16) + 4 * kM * sizeof(int);
   static_assert(HD % 8 == 0, "rows are moved in 16-byte chunks");
 };
-
-struct Params {
-  const bf16* q;  // [R, heads_q * hd]
-  const bf16* k;  // [T, heads_kv * hd]
-  const bf16* v;  // [T, heads_kv * hd]
-  bf16* out;      // [R, heads_q * hd]
-  const int32_t* plan;
-  const int32_t* path_begin;   // [N + 1]
-  const int32_t* path_nodes;   // root first
-  const int32_t* node_offset;  // [N]
-  const int32_t* node_length;  // [N]
-  int heads_q;
-  int heads_kv;
-  int group;     // heads_q / heads_kv
-  int n_chunks;  // CTAs per (tile, kv head)
-  float scale_log2;
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; src_bytes 0 writes zeros (src must still be a valid address).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits for all but the newest committed group of this thread.
-__device__ __forceinline__ void cp_async_wait_all_but_newest() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -143,13 +97,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  uint32_t u;
-  memcpy(&u, &v, sizeof(u));
-  return u;
-}
-
 // Stages keys [kb, ke) (ke - kb <= kN) of kv head kvh into stage [K, V][kN][kStride]; rows past
 // ke are zeros, so P (0 there) times V stays finite.
 template <int HD>
@@ -167,90 +114,19 @@ __device__ __forceinline__ void load_stage(bf16* stage, const Params& p, int kvh
   }
 }
 
-// Walks a CTA's key blocks: the parent's path root first (dense), then every own node of the
-// CTA's rows in increasing offset (causal), each range cut into kN-key blocks from its start.
-// All threads run it identically (CTA-uniform).
-struct Cursor {
-  int pos = 0, end = 0;             // rest of the current range [pos, end)
-  int path_next = 0, path_end = 0;  // ancestors still to walk: path_nodes[next .. end)
-  int own_lo = INT_MIN;             // offset of the own node being walked
-  bool own = false;
-};
-
-__host__ __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, const int* s_lo,
-                                                    const int* s_hi, int& kb, int& ke, bool& own) {
-  while (c.pos >= c.end) {
-    if (!c.own && c.path_next < c.path_end) {
-      const int a = p.path_nodes[c.path_next++];
-      c.pos = p.node_offset[a];
-      c.end = c.pos + p.node_length[a];
-      continue;
-    }
-    c.own = true;
-    // The next own node: the smallest row offset above the last one walked. Its range ends
-    // after the CTA's last row in it; unused packed rows carry lo = INT_MAX.
-    int lo = INT_MAX;
-    for (int m = 0; m < kM; ++m) {
-      const int x = s_lo[m];
-      if (x > c.own_lo && x < lo) lo = x;
-    }
-    if (lo == INT_MAX) return false;
-    int end = lo;
-    for (int m = 0; m < kM; ++m)
-      if (s_lo[m] == lo && s_hi[m] + 1 > end) end = s_hi[m] + 1;
-    c.own_lo = lo;
-    c.pos = lo;
-    c.end = end;
-  }
-  kb = c.pos;
-  ke = c.end - c.pos < kN ? c.end : c.pos + kN;
-  own = c.own;
-  c.pos = ke;
-  return true;
-}
-
 template <int HD, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(const Params p) {
   using S = Shape<HD>;
   constexpr int kDimTiles = S::kPadded / 8;  // n-tiles of O
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);                      // [kM][kStride]
-  bf16* sKV = sQ + kM * S::kStride;                              // [2 stages][K, V][kN][kStride]
-  int* s_lo = reinterpret_cast<int*>(sKV + 2 * S::kStageElems);  // [kM] own node offset
-  int* s_hi = s_lo + kM;                                         // [kM] stream row
-  int* s_r = s_hi + kM;                                          // [kM] q / out row, -1: unused
-  int* s_qh = s_r + kM;                                          // [kM] query head
+  bf16* sQ = reinterpret_cast<bf16*>(smem);                       // [kM][kStride]
+  bf16* sKV = sQ + kM * S::kStride;                               // [2 stages][K, V][kN][kStride]
+  int* table = reinterpret_cast<int*>(sKV + 2 * S::kStageElems);  // [4][kM]
+  const RowTable rows{table, table + kM, table + 2 * kM, table + 3 * kM};
 
-  int b = int(blockIdx.x);
-  const int chunk = b % p.n_chunks;
-  b /= p.n_chunks;
-  const int kvh = b % p.heads_kv;
-  const int tile = b / p.heads_kv;
-  if (tile >= p.plan[1]) return;  // the caller may launch for an upper bound of tiles
-  const int32_t* td = p.plan + kHeaderWords + int64_t(tile) * kTileWords;
-  const int row_begin = td[0], n_rows = td[1], parent = td[2];
-  const int n_packed = n_rows * p.group;
-  const int m0 = chunk * kM;
-  if (m0 >= n_packed) return;
-  const int32_t* rows = p.plan + p.plan[3];
-
+  int kvh = 0, parent = -1;
+  if (!load_row_table(p, rows, kvh, parent)) return;
   const int tid = int(threadIdx.x);
-  static_assert(kThreads >= kM, "one thread per packed row");
-  if (tid < kM) {
-    const int pr = m0 + tid;
-    if (pr < n_packed) {
-      const int32_t* rd = rows + int64_t(row_begin + pr / p.group) * kRowWords;
-      s_r[tid] = rd[0];
-      s_hi[tid] = rd[1];
-      s_lo[tid] = rd[2];
-      s_qh[tid] = kvh * p.group + pr % p.group;
-    } else {
-      s_r[tid] = -1;
-      s_hi[tid] = -1;
-      s_lo[tid] = INT_MAX;
-      s_qh[tid] = 0;
-    }
-  }
   if constexpr (S::kPadded != HD) {  // zero the padded columns of Q and both K/V stages once
     constexpr int kPadCols = S::kPadded - HD;
     for (int idx = tid; idx < (kM + 4 * kN) * kPadCols; idx += kThreads)
@@ -261,8 +137,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   const int64_t q_stride = int64_t(p.heads_q) * HD;
   for (int idx = tid; idx < kM * S::kChunks; idx += kThreads) {
     const int m = idx / S::kChunks, c = idx % S::kChunks;
-    const int r = s_r[m];
-    const bf16* src = r >= 0 ? p.q + int64_t(r) * q_stride + int64_t(s_qh[m]) * HD + c * 8 : p.q;
+    const int r = rows.r[m];
+    const bf16* src = r >= 0 ? p.q + int64_t(r) * q_stride + int64_t(rows.qh[m]) * HD + c * 8 : p.q;
     cp_async16(smem_u32(sQ + m * S::kStride + c * 8), src, r >= 0 ? 16 : 0);
   }
   Cursor cur;
@@ -272,14 +148,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   }
   int kb = 0, ke = 0;
   bool own = false;
-  bool have = next_block(cur, p, s_lo, s_hi, kb, ke, own);
+  bool have = next_block(cur, p, rows.lo, rows.hi, kb, ke, own);
   if (have) load_stage<HD>(sKV, p, kvh, kb, ke, tid);
   cp_async_commit();  // Q and stage 0
 
   const int warp = tid / 32, lane = tid % 32;
   const int quad_t = lane & 3;
-  const int row0 = warp * 16 + (lane >> 2), row1 = row0 + 8;  // the thread's two fragment rows
-  const int lo0 = s_lo[row0], hi0 = s_hi[row0], lo1 = s_lo[row1], hi1 = s_hi[row1];
+  RowPair rp(rows, warp, lane);
   // ldmatrix row addresses: A (Q) rows lane & 15, k-half lane >> 4; B (K) key
   // (lane >> 4) * 8 + (lane & 7), k-half (lane >> 3) & 1; B (V, transposed) key lane & 15,
   // dim-half lane >> 4.
@@ -292,7 +167,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   float o[kDimTiles][4];
 #pragma unroll
   for (int dn = 0; dn < kDimTiles; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
-  float m_run0 = kMaxInit, m_run1 = kMaxInit, l_run0 = 0.f, l_run1 = 0.f;
 
   // Two K/V stages: block b computes from stage b & 1 while block b + 1 loads into the other.
   int stage = 0;
@@ -300,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
     __syncthreads();  // every warp is done with the other stage (block b - 1)
     int nkb = 0, nke = 0;
     bool nown = false;
-    const bool have_next = next_block(cur, p, s_lo, s_hi, nkb, nke, nown);
+    const bool have_next = next_block(cur, p, rows.lo, rows.hi, nkb, nke, nown);
     if (have_next) load_stage<HD>(sKV + (stage ^ 1) * S::kStageElems, p, kvh, nkb, nke, tid);
     cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
     cp_async_wait_all_but_newest();
@@ -324,74 +198,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
         mma_bf16(s[2 * np + 1], a, bk[2], bk[3]);
       }
     }
+    rescale(o, softmax_block(s, rp, kb, ke, own, p.scale_log2, quad_t));
 
-    // Scale to log2 units and mask. Element e of n-tile nt: key kb + 8 nt + 2 quad_t + (e & 1),
-    // row row0 (e < 2) or row1.
-    if (!own && ke - kb == kN) {
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = kb + nt * 8 + 2 * quad_t + (e & 1);
-          const int lo = own ? (e < 2 ? lo0 : lo1) : INT_MIN;
-          const int hi = own ? (e < 2 ? hi0 : hi1) : INT_MAX;
-          const bool visible = j < ke && j >= lo && j <= hi;
-          s[nt][e] = visible ? s[nt][e] * p.scale_log2 : -INFINITY;
-        }
-      }
-    }
-
-    // Online softmax; a row's four threads (one quad) hold its 64 scores.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-    }
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    const float mn0 = fmaxf(m_run0, mx0), mn1 = fmaxf(m_run1, mx1);  // finite
-    const float alpha0 = mn0 == m_run0 ? 1.f : exp2f(m_run0 - mn0);
-    const float alpha1 = mn1 == m_run1 ? 1.f : exp2f(m_run1 - mn1);
-    m_run0 = mn0;
-    m_run1 = mn1;
-    float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mn0);
-      s[nt][1] = exp2f(s[nt][1] - mn0);
-      s[nt][2] = exp2f(s[nt][2] - mn1);
-      s[nt][3] = exp2f(s[nt][3] - mn1);
-      sum0 += s[nt][0] + s[nt][1];
-      sum1 += s[nt][2] + s[nt][3];
-    }
-    l_run0 = l_run0 * alpha0 + sum0;
-    l_run1 = l_run1 * alpha1 + sum1;
-    if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {
-#pragma unroll
-      for (int dn = 0; dn < kDimTiles; ++dn) {
-        o[dn][0] *= alpha0;
-        o[dn][1] *= alpha0;
-        o[dn][2] *= alpha1;
-        o[dn][3] *= alpha1;
-      }
-    }
-
-    // O += P V; P's C fragments of n-tiles (2 ks, 2 ks + 1) are the A fragment of k-step ks.
+    // O += P V
 #pragma unroll
     for (int ks = 0; ks < kN / 16; ++ks) {
-      const uint32_t a[4] = {pack_bf16(s[2 * ks][0], s[2 * ks][1]),
-                             pack_bf16(s[2 * ks][2], s[2 * ks][3]),
-                             pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                             pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      uint32_t a[4];
+      p_fragment(a, s, ks);
 #pragma unroll
       for (int dp = 0; dp < S::kPadded / 16; ++dp) {
         uint32_t bv[4];
@@ -406,31 +219,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
     own = nown;
     have = have_next;
   }
-
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l_run0 += __shfl_xor_sync(0xffffffffu, l_run0, off);
-    l_run1 += __shfl_xor_sync(0xffffffffu, l_run1, off);
-  }
-  const float inv0 = l_run0 > 0.f ? 1.f / l_run0 : 0.f;
-  const float inv1 = l_run1 > 0.f ? 1.f / l_run1 : 0.f;
-  const int r0 = s_r[row0], r1 = s_r[row1];
-  if (r0 >= 0) {
-    bf16* dst = p.out + int64_t(r0) * q_stride + int64_t(s_qh[row0]) * HD + 2 * quad_t;
-#pragma unroll
-    for (int dn = 0; dn < kDimTiles; ++dn)
-      if (dn * 8 < HD)
-        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
-            __floats2bfloat162_rn(o[dn][0] * inv0, o[dn][1] * inv0);
-  }
-  if (r1 >= 0) {
-    bf16* dst = p.out + int64_t(r1) * q_stride + int64_t(s_qh[row1]) * HD + 2 * quad_t;
-#pragma unroll
-    for (int dn = 0; dn < kDimTiles; ++dn)
-      if (dn * 8 < HD)
-        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
-            __floats2bfloat162_rn(o[dn][2] * inv1, o[dn][3] * inv1);
-  }
+  store_rows<HD>(o, rp, rows, p, quad_t);
 }
 
 template <int HD>
@@ -636,7 +425,7 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
     case 128:
       return launch<128>(p, g, stream);
     case 256:
-      return launch<256>(p, g, stream);
+      return launch_wgmma_hd256(p, g, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -1,0 +1,288 @@
+// What the tree-attention kernels share (attention.cu: the planner, the mma.sync kernel for every
+// head dim; attention_wgmma.cu: the wgmma kernel for hd 256): the plan's layout, the launch
+// parameters, the key-block cursor, and the per-row steps around the two products (the CTA's
+// row table, the masked online softmax of one key block, the final store). attention.cu's header
+// says how the work is split and why.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+
+namespace flide::kernels::attention_detail {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kTileRows = 64;  // query rows per planner tile
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kM = 16 * kWarps;  // packed (row, head) query rows per CTA
+constexpr int kN = 64;           // keys per staged K/V block
+
+constexpr int32_t kPlanMagic = 0x46415431;  // "FAT1"
+constexpr int kHeaderWords = 4;
+constexpr int kTileWords = 4;
+constexpr int kRowWords = 4;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kMaxInit = -1e30f;  // finite start of the running max
+
+struct Params {
+  const bf16* q;  // [R, heads_q * hd]
+  const bf16* k;  // [T, heads_kv * hd]
+  const bf16* v;  // [T, heads_kv * hd]
+  bf16* out;      // [R, heads_q * hd]
+  const int32_t* plan;
+  const int32_t* path_begin;   // [N + 1]
+  const int32_t* path_nodes;   // root first
+  const int32_t* node_offset;  // [N]
+  const int32_t* node_length;  // [N]
+  int heads_q;
+  int heads_kv;
+  int group;     // heads_q / heads_kv
+  int n_chunks;  // CTAs per (tile, kv head)
+  float scale_log2;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits for all but the newest committed group of this thread.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// Walks a CTA's key blocks: the parent's path root first (dense), then every own node of the
+// CTA's rows in increasing offset (causal), each range cut into kN-key blocks from its start.
+// All threads run it identically (CTA-uniform).
+struct Cursor {
+  int pos = 0, end = 0;             // rest of the current range [pos, end)
+  int path_next = 0, path_end = 0;  // ancestors still to walk: path_nodes[next .. end)
+  int own_lo = INT_MIN;             // offset of the own node being walked
+  bool own = false;
+};
+
+__host__ __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, const int* s_lo,
+                                                    const int* s_hi, int& kb, int& ke, bool& own) {
+  while (c.pos >= c.end) {
+    if (!c.own && c.path_next < c.path_end) {
+      const int a = p.path_nodes[c.path_next++];
+      c.pos = p.node_offset[a];
+      c.end = c.pos + p.node_length[a];
+      continue;
+    }
+    c.own = true;
+    // The next own node: the smallest row offset above the last one walked. Its range ends
+    // after the CTA's last row in it; unused packed rows carry lo = INT_MAX.
+    int lo = INT_MAX;
+    for (int m = 0; m < kM; ++m) {
+      const int x = s_lo[m];
+      if (x > c.own_lo && x < lo) lo = x;
+    }
+    if (lo == INT_MAX) return false;
+    int end = lo;
+    for (int m = 0; m < kM; ++m)
+      if (s_lo[m] == lo && s_hi[m] + 1 > end) end = s_hi[m] + 1;
+    c.own_lo = lo;
+    c.pos = lo;
+    c.end = end;
+  }
+  kb = c.pos;
+  ke = c.end - c.pos < kN ? c.end : c.pos + kN;
+  own = c.own;
+  c.pos = ke;
+  return true;
+}
+
+// The CTA's rows: threads < kM fill the table of its packed rows, kM entries each: q / out row
+// (-1: unused), stream row, offset of the row's node (INT_MAX: unused), query head.
+struct RowTable {
+  int* r;
+  int* hi;
+  int* lo;
+  int* qh;
+};
+
+// Decodes the CTA's (tile, kv head, chunk of packed rows) and fills `rows`; false (for the whole
+// CTA) when the CTA has nothing to do. The caller synchronises before reading the table.
+__device__ __forceinline__ bool load_row_table(const Params& p, const RowTable& rows, int& kvh,
+                                               int& parent) {
+  int b = int(blockIdx.x);
+  const int chunk = b % p.n_chunks;
+  b /= p.n_chunks;
+  kvh = b % p.heads_kv;
+  const int tile = b / p.heads_kv;
+  if (tile >= p.plan[1]) return false;  // the caller may launch for an upper bound of tiles
+  const int32_t* td = p.plan + kHeaderWords + int64_t(tile) * kTileWords;
+  const int row_begin = td[0], n_rows = td[1];
+  parent = td[2];
+  const int n_packed = n_rows * p.group;
+  const int m0 = chunk * kM;
+  if (m0 >= n_packed) return false;
+  const int32_t* plan_rows = p.plan + p.plan[3];
+  const int tid = int(threadIdx.x);
+  static_assert(kThreads >= kM, "one thread per packed row");
+  if (tid < kM) {
+    const int pr = m0 + tid;
+    if (pr < n_packed) {
+      const int32_t* rd = plan_rows + int64_t(row_begin + pr / p.group) * kRowWords;
+      rows.r[tid] = rd[0];
+      rows.hi[tid] = rd[1];
+      rows.lo[tid] = rd[2];
+      rows.qh[tid] = kvh * p.group + pr % p.group;
+    } else {
+      rows.r[tid] = -1;
+      rows.hi[tid] = -1;
+      rows.lo[tid] = INT_MAX;
+      rows.qh[tid] = 0;
+    }
+  }
+  return true;
+}
+
+// A thread's two fragment rows (row0 = 16 warp + lane / 4, row1 = row0 + 8) and their online
+// softmax state.
+struct RowPair {
+  int row0, row1;
+  int lo0, hi0, lo1, hi1;              // own node offset and stream row of each
+  float m0 = kMaxInit, m1 = kMaxInit;  // running max (log2 units)
+  float l0 = 0.f, l1 = 0.f;            // this thread's share of the running sum
+
+  __device__ RowPair(const RowTable& rows, int warp, int lane)
+      : row0(warp * 16 + (lane >> 2)),
+        row1(row0 + 8),
+        lo0(rows.lo[row0]),
+        hi0(rows.hi[row0]),
+        lo1(rows.lo[row1]),
+        hi1(rows.hi[row1]) {}
+};
+
+// Turns one key block's scores S (a warp's 16 rows x kN keys as m16n8 accumulators: element e of
+// n-tile nt is key kb + 8 nt + 2 t + (e & 1), row0 for e < 2, else row1) into P in place: scaled
+// to log2 units, masked (keys past ke; in an own block, keys outside [lo, stream row] of the
+// row), exponentiated against the updated running max. Updates the rows' max and sum and returns
+// the factors (x: row0, y: row1) by which their O must be rescaled (exactly 1 when the max did
+// not move).
+__device__ __forceinline__ float2 softmax_block(float (&s)[kN / 8][4], RowPair& rp, int kb, int ke,
+                                                bool own, float scale_log2, int quad_t) {
+  if (!own && ke - kb == kN) {
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= scale_log2;
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kb + nt * 8 + 2 * quad_t + (e & 1);
+        const int lo = own ? (e < 2 ? rp.lo0 : rp.lo1) : INT_MIN;
+        const int hi = own ? (e < 2 ? rp.hi0 : rp.hi1) : INT_MAX;
+        const bool visible = j < ke && j >= lo && j <= hi;
+        s[nt][e] = visible ? s[nt][e] * scale_log2 : -INFINITY;
+      }
+    }
+  }
+  // A row's four threads (one quad) hold its kN scores.
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+  }
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  const float mn0 = fmaxf(rp.m0, mx0), mn1 = fmaxf(rp.m1, mx1);  // finite
+  const float alpha0 = mn0 == rp.m0 ? 1.f : exp2f(rp.m0 - mn0);
+  const float alpha1 = mn1 == rp.m1 ? 1.f : exp2f(rp.m1 - mn1);
+  rp.m0 = mn0;
+  rp.m1 = mn1;
+  float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    s[nt][0] = exp2f(s[nt][0] - mn0);
+    s[nt][1] = exp2f(s[nt][1] - mn0);
+    s[nt][2] = exp2f(s[nt][2] - mn1);
+    s[nt][3] = exp2f(s[nt][3] - mn1);
+    sum0 += s[nt][0] + s[nt][1];
+    sum1 += s[nt][2] + s[nt][3];
+  }
+  rp.l0 = rp.l0 * alpha0 + sum0;
+  rp.l1 = rp.l1 * alpha1 + sum1;
+  return make_float2(alpha0, alpha1);
+}
+
+// O *= alpha per row, skipped when no row of the warp moved its max.
+template <int kDimTiles>
+__device__ __forceinline__ void rescale(float (&o)[kDimTiles][4], float2 alpha) {
+  if (__any_sync(0xffffffffu, alpha.x != 1.f || alpha.y != 1.f)) {
+#pragma unroll
+    for (int dn = 0; dn < kDimTiles; ++dn) {
+      o[dn][0] *= alpha.x;
+      o[dn][1] *= alpha.x;
+      o[dn][2] *= alpha.y;
+      o[dn][3] *= alpha.y;
+    }
+  }
+}
+
+// The A fragment (m16n8k16, bf16) of P's k-step ks: the C fragments of n-tiles 2 ks, 2 ks + 1.
+__device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN / 8][4], int ks) {
+  a[0] = pack_bf16(s[2 * ks][0], s[2 * ks][1]);
+  a[1] = pack_bf16(s[2 * ks][2], s[2 * ks][3]);
+  a[2] = pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+  a[3] = pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+}
+
+// out = O / l for the thread's two rows (columns 8 dn + 2 t, + 1 of each n-tile below HD), rounded
+// to bf16 once; unused packed rows are not stored.
+template <int HD, int kDimTiles>
+__device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPair rp,
+                                           const RowTable& rows, const Params& p, int quad_t) {
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    rp.l0 += __shfl_xor_sync(0xffffffffu, rp.l0, off);
+    rp.l1 += __shfl_xor_sync(0xffffffffu, rp.l1, off);
+  }
+  const int64_t q_stride = int64_t(p.heads_q) * HD;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = h ? rp.row1 : rp.row0, r = rows.r[row];
+    if (r < 0) continue;
+    const float l = h ? rp.l1 : rp.l0, inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* dst = p.out + int64_t(r) * q_stride + int64_t(rows.qh[row]) * HD + 2 * quad_t;
+#pragma unroll
+    for (int dn = 0; dn < kDimTiles; ++dn)
+      if (dn * 8 < HD)
+        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
+            __floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
+  }
+}
+
+// The hd 256 kernel (attention_wgmma.cu), on the same plan and grid as the mma.sync one.
+cudaError_t launch_wgmma_hd256(const Params& p, unsigned grid, cudaStream_t stream);
+
+}  // namespace flide::kernels::attention_detail

@@ -1,0 +1,147 @@
+// Tree attention for head dim 256 on Hopper warpgroup MMA. The same plan, grid, key-block walk,
+// masks and online softmax as the mma.sync kernel (attention.cu), and the same numerics (bf16
+// products, fp32 accumulation, P rounded to bf16); only the two products move to wgmma.
+//
+// Why: at hd 256 the mma.sync kernel's eight warps each read the whole K and V block from shared
+// memory through ldmatrix, so shared-memory bandwidth caps it near 280 TFLOP/s. Here each
+// warpgroup (4 warps, 64 packed rows) issues S = Q K^T as m64n64k16 with both operands read by
+// the tensor cores straight from shared memory, and O += P V as m64n64k16 with P from registers
+// (the softmax's own fragments) and V from shared memory: K and V are read once per 64 rows
+// instead of once per 16.
+//
+// Shared memory (1024-byte aligned, wgmma.cuh's 128-byte swizzle): Q [kM rows][256] (64 KB),
+// then two stages of K and V [kN keys][256] (32 KB each), then the row table. Q and K are read
+// K-major (k = the head dim, contiguous), V MN-major (n = the head dim, contiguous).
+#include "kernels/attention_tile.cuh"
+#include "kernels/wgmma.cuh"
+
+namespace flide::kernels::attention_detail {
+namespace {
+
+constexpr int kHd = 256;
+constexpr int kUnits = kHd / 8;                              // 16-byte units of a row
+constexpr uint32_t kQBytes = kM * kHd * 2;                   // 64 KB
+constexpr uint32_t kKVBytes = kN * kHd * 2;                  // 32 KB: K or V of one stage
+constexpr uint32_t kStageBytes = 2 * kKVBytes;               // K then V
+constexpr uint32_t kQChunk = kM * 128, kKVChunk = kN * 128;  // bytes of one 64-column chunk
+constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + 4 * kM * sizeof(int);
+static_assert(kM == 128 && kThreads == 256, "two warpgroups of 64 packed rows");
+
+// Keys [kb, ke) (ke - kb <= kN) of kv head kvh into a stage; rows past ke are zeros, so P (0
+// there) times V stays finite.
+__device__ __forceinline__ void load_stage(uint32_t stage, const Params& p, int kvh, int kb, int ke,
+                                           int tid) {
+  for (int idx = tid; idx < kN * kUnits; idx += kThreads) {
+    const int row = idx / kUnits, c = (idx % kUnits) * 8;
+    const int j = kb + row;
+    const bool ok = j < ke;
+    const int64_t off = int64_t(ok ? j : kb) * p.heads_kv * kHd + kvh * kHd + c;
+    const uint32_t dst = wgmma::swizzled(stage, kN, row, c);
+    cp_async16(dst, p.k + off, ok ? 16 : 0);
+    cp_async16(dst + kKVBytes, p.v + off, ok ? 16 : 0);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  const uint32_t sQ = base, sKV = base + kQBytes;
+  int* table = reinterpret_cast<int*>(smem + kQBytes + 2 * kStageBytes);  // [4][kM]
+  const RowTable rows{table, table + kM, table + 2 * kM, table + 3 * kM};
+
+  int kvh = 0, parent = -1;
+  if (!load_row_table(p, rows, kvh, parent)) return;
+  __syncthreads();
+  const int tid = int(threadIdx.x);
+  const int64_t q_stride = int64_t(p.heads_q) * kHd;
+  for (int idx = tid; idx < kM * kUnits; idx += kThreads) {
+    const int m = idx / kUnits, c = (idx % kUnits) * 8;
+    const int r = rows.r[m];
+    const bf16* src = r >= 0 ? p.q + int64_t(r) * q_stride + int64_t(rows.qh[m]) * kHd + c : p.q;
+    cp_async16(wgmma::swizzled(sQ, kM, m, c), src, r >= 0 ? 16 : 0);
+  }
+  Cursor cur;
+  if (parent >= 0) {
+    cur.path_next = p.path_begin[parent];
+    cur.path_end = p.path_begin[parent + 1];
+  }
+  int kb = 0, ke = 0;
+  bool own = false;
+  bool have = next_block(cur, p, rows.lo, rows.hi, kb, ke, own);
+  if (have) load_stage(sKV, p, kvh, kb, ke, tid);
+  cp_async_commit();  // Q and stage 0
+
+  const int warp = tid / 32, lane = tid % 32, quad_t = lane & 3;
+  RowPair rp(rows, warp, lane);
+  const uint32_t q_rows = sQ + uint32_t(warp / 4) * 64 * 128;  // the warpgroup's 64 rows
+
+  float o[kHd / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < kHd / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
+
+  int stage = 0;
+  while (have) {
+    __syncthreads();  // every warp is done with the other stage (block b - 1)
+    int nkb = 0, nke = 0;
+    bool nown = false;
+    const bool have_next = next_block(cur, p, rows.lo, rows.hi, nkb, nke, nown);
+    if (have_next) load_stage(sKV + (stage ^ 1) * kStageBytes, p, kvh, nkb, nke, tid);
+    cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
+    cp_async_wait_all_but_newest();
+    wgmma::fence_async_shared();
+    __syncthreads();  // block b's K and V (and Q) have landed for every thread
+    const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;
+
+    // S = Q K^T: 16 k-steps of the head dim, 4 per 64-column chunk.
+    float s[kN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kHd / 16; ++ks) {
+      const uint32_t k_off = uint32_t(ks & 3) * 32;
+      wgmma::mma_ss(s, wgmma::descriptor(q_rows + (ks >> 2) * kQChunk + k_off, 16, 1024),
+                    wgmma::descriptor(sK + (ks >> 2) * kKVChunk + k_off, 16, 1024));
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    rescale(o, softmax_block(s, rp, kb, ke, own, p.scale_log2, quad_t));
+
+    // O += P V: 4 k-steps of the block's keys, each over the 4 64-column chunks of the head dim.
+    // P's fragments are packed first: registers wgmma reads must not be written between fence
+    // and commit.
+    uint32_t a[kN / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks) p_fragment(a[ks], s, ks);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks)
+#pragma unroll
+      for (int c = 0; c < kHd / 64; ++c)
+        wgmma::mma_rs_bt(*reinterpret_cast<float(*)[8][4]>(&o[8 * c]), a[ks],
+                         wgmma::descriptor(sV + c * kKVChunk + ks * 16 * 128, kKVChunk, 1024));
+    wgmma::commit();
+    wgmma::wait<0>();
+    stage ^= 1;
+    kb = nkb;
+    ke = nke;
+    own = nown;
+    have = have_next;
+  }
+  store_rows<kHd>(o, rp, rows, p, quad_t);
+}
+
+}  // namespace
+
+cudaError_t launch_wgmma_hd256(const Params& p, unsigned grid, cudaStream_t stream) {
+  // Once (not an allocation; allowed before and during graph capture).
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      tree_attention_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+  if (attr != cudaSuccess) return attr;
+  tree_attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flide::kernels::attention_detail

@@ -1,0 +1,81 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) for bf16 operands with fp32 accumulators: shared-memory
+// matrix descriptors for the 128-byte-swizzled layout, and m64n64k16 with A from shared memory
+// or from registers. A warpgroup is 4 consecutive warps; all 128 threads issue each call.
+//
+// Layout (both operands, and both "K-major" and "MN-major" reads of it): a tile is cut into
+// column chunks of 64 bf16 (128 bytes); chunk c holds rows 0.. of its 64 columns, 128 bytes per
+// row, and the 16-byte unit u of row r sits at unit u ^ (r % 8) (Swizzle<3,4,3>: address bits
+// 4-6 ^= bits 7-9). Tiles and chunks start 1024-byte aligned, so the XOR the hardware applies to
+// absolute addresses is the one the stores applied. Descriptors (PTX ISA, "matrix descriptor"):
+//   K-major (k contiguous):  8-row groups SBO = 1024 bytes apart; a k16 step inside a chunk is a
+//                            start-address offset of 32 bytes; LBO unused.
+//   MN-major (n contiguous): 8-row (k) groups SBO = 1024 bytes apart, 64-column atoms LBO apart.
+#pragma once
+
+#include <cstdint>
+
+namespace flide::kernels::wgmma {
+
+// Shared-memory byte address of element (r, c) (c a multiple of 8) of a swizzled tile of `rows`
+// rows starting at `tile`.
+__device__ __forceinline__ uint32_t swizzled(uint32_t tile, int rows, int r, int c) {
+  return tile + uint32_t(c >> 6) * uint32_t(rows) * 128u + uint32_t(r) * 128u +
+         (uint32_t(((c >> 3) & 7) ^ (r & 7)) << 4);
+}
+
+__device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3ffffu) >> 4) | uint64_t((lbo >> 4) & 0x3fffu) << 16 |
+         uint64_t((sbo >> 4) & 0x3fffu) << 32 | uint64_t(1) << 62;  // 1: 128-byte swizzle
+}
+
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Generic-proxy writes to shared memory (st.shared, cp.async) made visible to wgmma's reads.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+#define FLIDE_WGMMA_D32                                                                         \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),     \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), \
+      "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), \
+      "+f"(d[7][2]), "+f"(d[7][3])
+#define FLIDE_WGMMA_D32_LIST                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// (scale-d is a predicate: 1 accumulates into d.)
+// d[64 x 64] += A[64 x 16] B[16 x 64], both from shared memory, both K-major. d: the warp's 16
+// rows in m16n8 accumulator layout, n-tile i = d[i].
+__device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
+      ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : FLIDE_WGMMA_D32
+      : "l"(a), "l"(b), "r"(1));
+}
+// d[64 x 64] += A[64 x 16] B[16 x 64], A from registers (the warp's 16 rows as an m16n8k16 A
+// fragment), B from shared memory, MN-major (transposed).
+__device__ __forceinline__ void mma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : FLIDE_WGMMA_D32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+#undef FLIDE_WGMMA_D32
+#undef FLIDE_WGMMA_D32_LIST
+
+}  // namespace flide::kernels::wgmma
