@@ -9,8 +9,9 @@
 // operand of the other two, and an m16n8 accumulator is an m16n8k8 tf32 A fragment as it stands
 // once the k index is permuted (k slot t <-> column 2t, slot t + 4 <-> 2t + 1; the B fragments
 // read rows in the same order). So neither the state nor v_new ever goes through shared or
-// global memory, the warps never wait for each other inside a chunk, and each chunk's W, q, K and
-// P are staged once per block for up to 8 slabs. (The previous kernels, 32-column slices with the
+// global memory, the warps share nothing but the staged inputs (two barriers per chunk: the stage
+// landed; P and the gate factors landed), and each chunk's W, q, K and P are staged once per block
+// for up to 8 slabs. (The previous kernels, 32-column slices with the
 // state in shared memory plus a parallel output kernel, spent ~15 SM-us per head and chunk on
 // redundant operand loads and moved v_new and q S through global memory.)
 //
