@@ -70,7 +70,6 @@ template <int HD>
 struct Shape {
   static constexpr int kPadded = (HD + 15) / 16 * 16;   // MMA k / n extent
   static constexpr int kStride = kPadded + 8;           // smem row, elements (+16 bytes)
-  static constexpr int kChunks = HD / 8;                // 16-byte chunks per global row
   static constexpr int kStageElems = 2 * kN * kStride;  // one stage: K then V
   static constexpr size_t kSmemBytes =
       (size_t(kM) * kStride + 2 * size_t(kStageElems)) * sizeof(bf16) + 4 * kM * sizeof(int);
@@ -97,23 +96,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Stages keys [kb, ke) (ke - kb <= kN) of kv head kvh into stage [K, V][kN][kStride]; rows past
-// ke are zeros, so P (0 there) times V stays finite.
-template <int HD>
-__device__ __forceinline__ void load_stage(bf16* stage, const Params& p, int kvh, int kb, int ke,
-                                           int tid) {
-  using S = Shape<HD>;
-  for (int idx = tid; idx < kN * S::kChunks; idx += kThreads) {
-    const int row = idx / S::kChunks, c = idx % S::kChunks;
-    const int j = kb + row;
-    const bool ok = j < ke;
-    const int64_t off = int64_t(ok ? j : kb) * p.heads_kv * HD + kvh * HD + c * 8;
-    const uint32_t dst = smem_u32(stage + row * S::kStride + c * 8);
-    cp_async16(dst, p.k + off, ok ? 16 : 0);
-    cp_async16(dst + kN * S::kStride * sizeof(bf16), p.v + off, ok ? 16 : 0);
-  }
-}
-
 template <int HD, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(const Params p) {
   using S = Shape<HD>;
@@ -134,22 +116,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   }
   __syncthreads();
 
-  const int64_t q_stride = int64_t(p.heads_q) * HD;
-  for (int idx = tid; idx < kM * S::kChunks; idx += kThreads) {
-    const int m = idx / S::kChunks, c = idx % S::kChunks;
-    const int r = rows.r[m];
-    const bf16* src = r >= 0 ? p.q + int64_t(r) * q_stride + int64_t(rows.qh[m]) * HD + c * 8 : p.q;
-    cp_async16(smem_u32(sQ + m * S::kStride + c * 8), src, r >= 0 ? 16 : 0);
-  }
-  Cursor cur;
-  if (parent >= 0) {
-    cur.path_next = p.path_begin[parent];
-    cur.path_end = p.path_begin[parent + 1];
-  }
-  int kb = 0, ke = 0;
-  bool own = false;
-  bool have = next_block(cur, p, rows.lo, rows.hi, kb, ke, own);
-  if (have) load_stage<HD>(sKV, p, kvh, kb, ke, tid);
+  load_q_rows<HD>(p, rows, tid, [&](int m, int c) { return smem_u32(sQ + m * S::kStride + c); });
+  // Stage [K, V][kN][kStride] at `stage`.
+  auto load_stage = [&](bf16* stage, const KeyBlock& b) {
+    load_kv_rows<HD>(
+        p, kvh, b, tid, [&](int row, int c) { return smem_u32(stage + row * S::kStride + c); },
+        kN * S::kStride * sizeof(bf16));
+  };
+  Cursor cur = path_cursor(p, parent);
+  KeyBlock blk;
+  bool have = next_block(cur, p, rows.lo, rows.hi, blk);
+  if (have) load_stage(sKV, blk);
   cp_async_commit();  // Q and stage 0
 
   const int warp = tid / 32, lane = tid % 32;
@@ -172,10 +149,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   int stage = 0;
   while (have) {
     __syncthreads();  // every warp is done with the other stage (block b - 1)
-    int nkb = 0, nke = 0;
-    bool nown = false;
-    const bool have_next = next_block(cur, p, rows.lo, rows.hi, nkb, nke, nown);
-    if (have_next) load_stage<HD>(sKV + (stage ^ 1) * S::kStageElems, p, kvh, nkb, nke, tid);
+    KeyBlock next;
+    const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
+    if (have_next) load_stage(sKV + (stage ^ 1) * S::kStageElems, next);
     cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
     cp_async_wait_all_but_newest();
     __syncthreads();  // block b's K and V (and Q) have landed for every thread
@@ -198,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
         mma_bf16(s[2 * np + 1], a, bk[2], bk[3]);
       }
     }
-    rescale(o, softmax_block(s, rp, kb, ke, own, p.scale_log2, quad_t));
+    rescale(o, softmax_block(s, rp, blk, p.scale_log2, quad_t));
 
     // O += P V
 #pragma unroll
@@ -214,9 +190,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
       }
     }
     stage ^= 1;
-    kb = nkb;
-    ke = nke;
-    own = nown;
+    blk = next;
     have = have_next;
   }
   store_rows<HD>(o, rp, rows, p, quad_t);

@@ -82,8 +82,26 @@ struct Cursor {
   bool own = false;
 };
 
+// A cursor at the start of the walk: the path root..parent first (none for parent < 0).
+__device__ __forceinline__ Cursor path_cursor(const Params& p, int parent) {
+  Cursor c;
+  if (parent >= 0) {
+    c.path_next = p.path_begin[parent];
+    c.path_end = p.path_begin[parent + 1];
+  }
+  return c;
+}
+
+// One staged block: keys [kb, ke), ke - kb <= kN; own: a block of the rows' own nodes (masked
+// causally), else of the dense ancestor part.
+struct KeyBlock {
+  int kb = 0, ke = 0;
+  bool own = false;
+};
+
+// The walk's next block into `b`; false when the walk is done.
 __host__ __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, const int* s_lo,
-                                                    const int* s_hi, int& kb, int& ke, bool& own) {
+                                                    const int* s_hi, KeyBlock& b) {
   while (c.pos >= c.end) {
     if (!c.own && c.path_next < c.path_end) {
       const int a = p.path_nodes[c.path_next++];
@@ -107,10 +125,10 @@ __host__ __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, 
     c.pos = lo;
     c.end = end;
   }
-  kb = c.pos;
-  ke = c.end - c.pos < kN ? c.end : c.pos + kN;
-  own = c.own;
-  c.pos = ke;
+  b.kb = c.pos;
+  b.ke = c.end - c.pos < kN ? c.end : c.pos + kN;
+  b.own = c.own;
+  c.pos = b.ke;
   return true;
 }
 
@@ -160,6 +178,39 @@ __device__ __forceinline__ bool load_row_table(const Params& p, const RowTable& 
   return true;
 }
 
+// The CTA's packed Q rows [kM][HD] into shared memory, 16 bytes at a time: element c..c + 7 of
+// row m to dst(m, c); unused rows are zeros.
+template <int HD, class Dst>
+__device__ __forceinline__ void load_q_rows(const Params& p, const RowTable& rows, int tid,
+                                            Dst dst) {
+  constexpr int kUnits = HD / 8;  // 16-byte units of a row
+  const int64_t q_stride = int64_t(p.heads_q) * HD;
+  for (int idx = tid; idx < kM * kUnits; idx += kThreads) {
+    const int m = idx / kUnits, c = (idx % kUnits) * 8;
+    const int r = rows.r[m];
+    const bf16* src = r >= 0 ? p.q + int64_t(r) * q_stride + int64_t(rows.qh[m]) * HD + c : p.q;
+    cp_async16(dst(m, c), src, r >= 0 ? 16 : 0);
+  }
+}
+
+// Keys [b.kb, b.ke) of kv head kvh into a stage: element c..c + 7 of K row `row` to
+// dst(row, c), of V row `row` v_bytes further; rows past ke are zeros, so P (0 there) times V
+// stays finite.
+template <int HD, class Dst>
+__device__ __forceinline__ void load_kv_rows(const Params& p, int kvh, const KeyBlock& b, int tid,
+                                             Dst dst, uint32_t v_bytes) {
+  constexpr int kUnits = HD / 8;
+  for (int idx = tid; idx < kN * kUnits; idx += kThreads) {
+    const int row = idx / kUnits, c = (idx % kUnits) * 8;
+    const int j = b.kb + row;
+    const bool ok = j < b.ke;
+    const int64_t off = int64_t(ok ? j : b.kb) * p.heads_kv * HD + kvh * HD + c;
+    const uint32_t to = dst(row, c);
+    cp_async16(to, p.k + off, ok ? 16 : 0);
+    cp_async16(to + v_bytes, p.v + off, ok ? 16 : 0);
+  }
+}
+
 // A thread's two fragment rows (row0 = 16 warp + lane / 4, row1 = row0 + 8) and their online
 // softmax state.
 struct RowPair {
@@ -183,8 +234,10 @@ struct RowPair {
 // row), exponentiated against the updated running max. Updates the rows' max and sum and returns
 // the factors (x: row0, y: row1) by which their O must be rescaled (exactly 1 when the max did
 // not move).
-__device__ __forceinline__ float2 softmax_block(float (&s)[kN / 8][4], RowPair& rp, int kb, int ke,
-                                                bool own, float scale_log2, int quad_t) {
+__device__ __forceinline__ float2 softmax_block(float (&s)[kN / 8][4], RowPair& rp,
+                                                const KeyBlock& b, float scale_log2, int quad_t) {
+  const int kb = b.kb, ke = b.ke;
+  const bool own = b.own;
   if (!own && ke - kb == kN) {
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt)

@@ -19,28 +19,12 @@ namespace flide::kernels::attention_detail {
 namespace {
 
 constexpr int kHd = 256;
-constexpr int kUnits = kHd / 8;                              // 16-byte units of a row
 constexpr uint32_t kQBytes = kM * kHd * 2;                   // 64 KB
 constexpr uint32_t kKVBytes = kN * kHd * 2;                  // 32 KB: K or V of one stage
 constexpr uint32_t kStageBytes = 2 * kKVBytes;               // K then V
 constexpr uint32_t kQChunk = kM * 128, kKVChunk = kN * 128;  // bytes of one 64-column chunk
 constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + 4 * kM * sizeof(int);
 static_assert(kM == 128 && kThreads == 256, "two warpgroups of 64 packed rows");
-
-// Keys [kb, ke) (ke - kb <= kN) of kv head kvh into a stage; rows past ke are zeros, so P (0
-// there) times V stays finite.
-__device__ __forceinline__ void load_stage(uint32_t stage, const Params& p, int kvh, int kb, int ke,
-                                           int tid) {
-  for (int idx = tid; idx < kN * kUnits; idx += kThreads) {
-    const int row = idx / kUnits, c = (idx % kUnits) * 8;
-    const int j = kb + row;
-    const bool ok = j < ke;
-    const int64_t off = int64_t(ok ? j : kb) * p.heads_kv * kHd + kvh * kHd + c;
-    const uint32_t dst = wgmma::swizzled(stage, kN, row, c);
-    cp_async16(dst, p.k + off, ok ? 16 : 0);
-    cp_async16(dst + kKVBytes, p.v + off, ok ? 16 : 0);
-  }
-}
 
 __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const Params p) {
   extern __shared__ unsigned char smem_raw[];
@@ -55,22 +39,17 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
   if (!load_row_table(p, rows, kvh, parent)) return;
   __syncthreads();
   const int tid = int(threadIdx.x);
-  const int64_t q_stride = int64_t(p.heads_q) * kHd;
-  for (int idx = tid; idx < kM * kUnits; idx += kThreads) {
-    const int m = idx / kUnits, c = (idx % kUnits) * 8;
-    const int r = rows.r[m];
-    const bf16* src = r >= 0 ? p.q + int64_t(r) * q_stride + int64_t(rows.qh[m]) * kHd + c : p.q;
-    cp_async16(wgmma::swizzled(sQ, kM, m, c), src, r >= 0 ? 16 : 0);
-  }
-  Cursor cur;
-  if (parent >= 0) {
-    cur.path_next = p.path_begin[parent];
-    cur.path_end = p.path_begin[parent + 1];
-  }
-  int kb = 0, ke = 0;
-  bool own = false;
-  bool have = next_block(cur, p, rows.lo, rows.hi, kb, ke, own);
-  if (have) load_stage(sKV, p, kvh, kb, ke, tid);
+  load_q_rows<kHd>(p, rows, tid, [&](int m, int c) { return wgmma::swizzled(sQ, kM, m, c); });
+  // Stage: K then V, each [kN keys][kHd] swizzled.
+  auto load_stage = [&](uint32_t stage, const KeyBlock& b) {
+    load_kv_rows<kHd>(
+        p, kvh, b, tid, [&](int row, int c) { return wgmma::swizzled(stage, kN, row, c); },
+        kKVBytes);
+  };
+  Cursor cur = path_cursor(p, parent);
+  KeyBlock blk;
+  bool have = next_block(cur, p, rows.lo, rows.hi, blk);
+  if (have) load_stage(sKV, blk);
   cp_async_commit();  // Q and stage 0
 
   const int warp = tid / 32, lane = tid % 32, quad_t = lane & 3;
@@ -84,10 +63,9 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
   int stage = 0;
   while (have) {
     __syncthreads();  // every warp is done with the other stage (block b - 1)
-    int nkb = 0, nke = 0;
-    bool nown = false;
-    const bool have_next = next_block(cur, p, rows.lo, rows.hi, nkb, nke, nown);
-    if (have_next) load_stage(sKV + (stage ^ 1) * kStageBytes, p, kvh, nkb, nke, tid);
+    KeyBlock next;
+    const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
+    if (have_next) load_stage(sKV + (stage ^ 1) * kStageBytes, next);
     cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
     cp_async_wait_all_but_newest();
     wgmma::fence_async_shared();
@@ -107,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
     }
     wgmma::commit();
     wgmma::wait<0>();
-    rescale(o, softmax_block(s, rp, kb, ke, own, p.scale_log2, quad_t));
+    rescale(o, softmax_block(s, rp, blk, p.scale_log2, quad_t));
 
     // O += P V: 4 k-steps of the block's keys, each over the 4 64-column chunks of the head dim.
     // P's fragments are packed first: registers wgmma reads must not be written between fence
@@ -125,9 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
     wgmma::commit();
     wgmma::wait<0>();
     stage ^= 1;
-    kb = nkb;
-    ke = nke;
-    own = nown;
+    blk = next;
     have = have_next;
   }
   store_rows<kHd>(o, rp, rows, p, quad_t);
