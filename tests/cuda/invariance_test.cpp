@@ -47,14 +47,6 @@ std::vector<float> place(const std::vector<float>& tree, const std::vector<int32
   return host;
 }
 
-// The tree rows of a downloaded [T, cols] output.
-Vec tree_part(const Vec& all, const std::vector<int32_t>& rows, int64_t cols) {
-  Vec out;
-  for (int32_t r : rows)
-    out.insert(out.end(), all.begin() + r * cols, all.begin() + (r + 1) * cols);
-  return out;
-}
-
 // expect_exact takes NaN for NaN: a row neither round wrote would pass without this.
 bool all_finite(const Vec& x) {
   return std::all_of(x.begin(), x.end(), [](double e) { return std::isfinite(e); });
@@ -99,7 +91,7 @@ TEST_F(CudaInvariance, DeltaRuleRowsAndStateIgnoreTheRestOfTheRound) {
       ops.gdn(qv, kv, vv, gv, bv, state.gpu, out.gpu, level, Hk, Hv, Dk, Dv,
               GdnForm::GdnForm_chunked);
     const Vec slots = p.got(state);
-    return Result{tree_part(p.got(out), rows, Cv), Vec(slots.begin(), slots.begin() + S)};
+    return Result{gather(p.got(out), Cv, rows), Vec(slots.begin(), slots.begin() + S)};
   };
   const Result alone = run(0), among = run(kOthers);
   EXPECT_TRUE(all_finite(alone.out) && all_finite(alone.state)) << "rows or state not written";
@@ -128,7 +120,7 @@ TEST_P(CudaAttentionInvariance, RowsIgnoreTheRestOfTheRound) {
     const View qv = put(q, Cq, -2, 2), kv = put(k, Ckv, -2, 2), vv = put(v, Ckv, -1, 1);
     const auto out = p.poison(T, Cq);
     p.gpu().attention(qv, kv, vv, out.gpu, Rows::Rows_all, hq, hkv, hd, 1.0 / std::sqrt(hd));
-    return tree_part(p.got(out), rows, Cq);
+    return gather(p.got(out), Cq, rows);
   };
   const Vec alone = run(0), among = run(kOthers);
   EXPECT_TRUE(all_finite(alone)) << "rows not written";
