@@ -118,6 +118,16 @@ __device__ __forceinline__ void zero_bytes(void* p) {
     *static_cast<uint32_t*>(p) = 0u;
 }
 
+// One kVec-element vector of a staged tile: copied asynchronously when it is in range, else zeros.
+template <typename T, int kVec>
+__device__ __forceinline__ void stage_vector(T* dst, const T* src, bool in_range) {
+  constexpr int kBytes = kVec * int(sizeof(T));
+  if (in_range)
+    cp_async<kBytes>(dst, src);
+  else
+    zero_bytes<kBytes>(dst);
+}
+
 // dst [kChunk][kLd] <- src rows r < nrows (row stride src_ld), columns c < cols, asynchronously;
 // every other element of the first kCols columns is set to zero. cols % kVec == 0. Copied by
 // threads tid of nthreads (the whole block unless a kernel keeps some warps off loads).
@@ -126,14 +136,9 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t src_ld, 
                                           int tid = threadIdx.x, int nthreads = kThreads) {
   static_assert(kCols % kVec == 0, "whole vectors");
   constexpr int kVecs = kCols / kVec;
-  constexpr int kBytes = kVec * int(sizeof(T));
   for (int i = tid; i < kChunk * kVecs; i += nthreads) {
     const int r = i / kVecs, c = (i % kVecs) * kVec;
-    T* d = dst + r * kLd + c;
-    if (r < nrows && c < cols)
-      cp_async<kBytes>(d, src + r * src_ld + c);
-    else
-      zero_bytes<kBytes>(d);
+    stage_vector<T, kVec>(dst + r * kLd + c, src + r * src_ld + c, r < nrows && c < cols);
   }
 }
 

@@ -94,11 +94,7 @@ __device__ __forceinline__ void load_slab_tile(float* dst, const float* src, int
   const int shift = 2 + __ffs(slabs) - 1;  // log2 of the 4-float vectors of a row: 4 per slab
   for (int i = tid; i < kChunk << shift; i += nthreads) {
     const int r = i >> shift, c = (i & ((1 << shift) - 1)) * 4;
-    float* d = dst + r * kLd + c;
-    if (r < nrows && c < cols)
-      cp_async<16>(d, src + r * src_ld + c);
-    else
-      zero_bytes<16>(d);
+    stage_vector<float, 4>(dst + r * kLd + c, src + r * src_ld + c, r < nrows && c < cols);
   }
 }
 
