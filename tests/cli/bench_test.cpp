@@ -97,11 +97,6 @@ TEST(CliBenchTest, FileWorkloadOnTheShippedModel) {
   for (const json& run : out["runs"]) expect_sane_run(run);
 }
 
-struct BadBench {
-  std::string args;
-  const char* message;
-};
-
 // --batch N packs N requests into one round: N times the rows and GEMM work of one.
 TEST(CliBenchTest, BatchPacksRequestsIntoOneRound) {
   const CliResult r = run_flide("bench --config " + kGoldenConfig +
@@ -116,6 +111,11 @@ TEST(CliBenchTest, BatchPacksRequestsIntoOneRound) {
   expect_sane_run(run);
   EXPECT_DOUBLE_EQ(run["median_ms_per_request"].get<double>(), run["median_ms"].get<double>() / 3);
 }
+
+struct BadBench {
+  std::string args;
+  const char* message;
+};
 
 TEST(CliBenchTest, MistakesAreNamed) {
   const std::string cfg = "bench --config " + kGoldenConfig;

@@ -59,8 +59,8 @@ TEST_F(CudaInvariance, DeltaRuleRowsAndStateIgnoreTheRestOfTheRound) {
   const int64_t Ck = int64_t(Hk) * Dk, Cv = int64_t(Hv) * Dv, S = int64_t(Hv) * Dk * Dv;
   std::mt19937 gen{2026};
   const int64_t n = 304;  // rows of the tree under test
-  const auto q = unit_rows(random_floats(gen, n * Ck, -1, 1), Dk);
-  const auto k = unit_rows(random_floats(gen, n * Ck, -1, 1), Dk);
+  const auto q = random_floats(gen, n * Ck, -1, 1);
+  const auto k = random_floats(gen, n * Ck, -1, 1);
   const auto v = random_floats(gen, n * Cv, -1, 1);
   const auto g = random_floats(gen, n * Hv, -0.6, -0.01);
   const auto beta = random_floats(gen, n * Hv, 0.05, 0.95);
@@ -79,8 +79,8 @@ TEST_F(CudaInvariance, DeltaRuleRowsAndStateIgnoreTheRestOfTheRound) {
     auto placed = [&](const std::vector<float>& tree, int64_t cols, double lo, double hi) {
       return place(tree, rows, T, cols, gen, lo, hi);
     };
-    // q and k rows of unit norm throughout (the recurrence is contractive only then); the tree's
-    // rows are renormalised identically in both rounds.
+    // q and k rows of unit norm throughout (the recurrence is contractive only then), normalised
+    // after placing, identically for the tree's rows in both rounds.
     const View qv = p.put(T, Ck, unit_rows(placed(q, Ck, -1, 1), Dk)).gpu;
     const View kv = p.put(T, Ck, unit_rows(placed(k, Ck, -1, 1), Dk)).gpu;
     const View vv = p.put(T, Cv, placed(v, Cv, -1, 1)).gpu;
