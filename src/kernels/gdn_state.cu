@@ -151,6 +151,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (a block of one slab would otherwise spend ~20% of each chunk issuing copies).
   const int loaders = slabs < kWarps ? kThreads - 32 * slabs : kThreads;
   const int ltid = int(threadIdx.x) - (kThreads - loaders);  // < 0: not a loader
+  // Element e of an accumulator tile (S^T, v_new^T, out^T): its row is value column
+  // value_col(e) of the block, its column is column tile_col(t, e) of tile t (a key, or a chunk
+  // row).
+  auto value_col = [&](int e) { return kSlab * warp + g8 + 8 * (e >> 1); };
+  auto tile_col = [&](int t, int e) { return 8 * t + 2 * t4 + (e & 1); };
 
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int split = item % splits, head = (item / splits) % heads_v;
@@ -175,24 +180,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                 ltid, loaders);
         load_slab_tile<kLdU>(st.U, ws.U + (hrow + c0) * DV + v0, DV, nrows, vcols, slabs, ltid,
                              loaders);
-        if (ltid < kChunk) {
-          if (ltid < nrows)
-            cp_async<4>(st.gam + ltid, ws.gam + hrow + c0 + ltid);
-          else
-            st.gam[ltid] = 0.f;
-        }
+        if (ltid < kChunk)
+          stage_vector<float, 1>(st.gam + ltid, ws.gam + hrow + c0 + ltid, ltid < nrows);
       }
       cp_async_commit();
     };
 
     __syncthreads();  // the previous item is done with shared memory
-    // S^T in accumulator tiles: element e of tile kt is (value v, key c) below (v block-local).
+    // S^T in accumulator tiles over the key tiles kt.
     float sacc[kKT][4];
 #pragma unroll
     for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int v = kSlab * warp + g8 + 8 * (e >> 1), c = 8 * kt + 2 * t4 + (e & 1);
+        const int v = value_col(e), c = tile_col(kt, e);
         sacc[kt][e] = active && slot_in >= 0 && v < vcols && c < DK
                           ? state[slot_in * state_ld + state_head + int64_t(c) * DV + v]
                           : 0.f;
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int v = kSlab * warp + g8 + 8 * (e >> 1), j = 8 * nt + 2 * t4 + (e & 1);
+          const int v = value_col(e), j = tile_col(nt, e);
           acc_v[nt][e] = st.U[j * kLdU + v] - acc_v[nt][e];
           acc_o[nt][e] *= ef[j];
         }
@@ -271,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int v = kSlab * warp + g8 + 8 * (e >> 1), i = 8 * nt + 2 * t4 + (e & 1);
+          const int v = value_col(e), i = tile_col(nt, e);
           if (i < nrows && v < vcols)
             out[(off + c0 + i) * out_ld + int64_t(head) * DV + v0 + v] =
                 __float2bfloat16_rn(acc_o[nt][e]);
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int v = kSlab * warp + g8 + 8 * (e >> 1), c = 8 * kt + 2 * t4 + (e & 1);
+          const int v = value_col(e), c = tile_col(kt, e);
           if (v < vcols && c < DK)
             state[slot_out * state_ld + state_head + int64_t(c) * DV + v] = sacc[kt][e];
         }
