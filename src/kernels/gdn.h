@@ -42,7 +42,8 @@ namespace flide::kernels {
 // bf16 (fp32 sum). No output may overlap x. K <= 8. A node may read and write the same window
 // slot. A key head must fit one warp at the widest vector width the shapes and pointers allow:
 // dim_k <= 32, or <= 64 with dim_k, value_dim even and 4-byte aligned pointers, or <= 128 with
-// both multiples of 4 and 8-byte aligned pointers (the fastest case; dim_k = 128 needs it).
+// both multiples of 4 and 8-byte aligned pointers, or <= 256 with both multiples of 8 and
+// 16-byte aligned pointers (the fastest case, taken whenever it applies).
 // Else cudaErrorInvalidValue (shapes) or cudaErrorMisalignedAddress (pointers).
 cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* window,
                      __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, int heads_k, int dim_k,

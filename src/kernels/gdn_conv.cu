@@ -2,19 +2,19 @@
 // §4 steps 2, 3, 6), the CUDA twin of CpuOps::gdn_conv: the packed projection x [T, 2 Kd + Vd]
 // goes in, q, k [T, Kd] and v [T, Vd] come out, every Dk-wide head of q and k L2-normalised.
 // Memory-bound: every input row is read once and every output row written once, so the level's
-// rows are cut into flat tiles of kRows stream rows and a thread owns kVec (4) adjacent channels
-// of one tile, sliding the K-1 previous inputs through registers.
+// rows are cut into flat tiles of kRows stream rows and a thread owns kVec (8: one 16-byte
+// access) adjacent channels of one tile, sliding the K-1 previous inputs through registers.
 //
 // Channels are handed to threads in units of kVec: q and k heads first, each head to an aligned
 // group of `group` lanes (dim_k / kVec rounded up to a power of two, at most a warp; lanes past
 // the head's end idle), then v, kVec channels per lane. For Dk = 128 (every Qwen3.5 size) and
-// kVec = 4 a head is exactly one warp and no lane idles. The L2 norm is the epilogue of each row:
-// the SiLU output is rounded to bf16 (the value an unfused conv would have stored), its squares
-// are summed in fp32 over the group by butterfly shuffles (every lane gets the bitwise-same sum),
-// and the row is scaled by rsqrt(sum + eps) and rounded to bf16 once more. The lanes of a warp
-// walk the same rows (the walk depends only on the tile), so the shuffles are uniform. A head's
-// result depends only on its row and on kVec (the widest the shapes and pointers allow), never
-// on the batch.
+// kVec = 8 a head is exactly half a warp and no lane idles. The L2 norm is the epilogue of each
+// row: the SiLU output is rounded to bf16 (the value an unfused conv would have stored), its
+// squares are summed in fp32 over the group by butterfly shuffles (every lane gets the bitwise-same
+// sum), and the row is scaled by rsqrt(sum + eps) and rounded to bf16 once more. The lanes of a
+// warp walk the same rows (the walk depends only on the tile), so the shuffles are uniform. A
+// head's result depends only on its row and on kVec (the widest the shapes and pointers allow),
+// never on the batch.
 //
 // A tile may hold the tail of one node and the head of the next; a thread walks its rows node
 // by node (token_node). The rows a node reads from its incoming window (its first K-1) are all
@@ -37,8 +37,9 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kRows = 32;  // stream rows per tile
+constexpr int kAhead = 4;  // rows whose inputs a thread has in flight at once
 constexpr int kMaxKernel = 8;
-constexpr int kBlocksPerSm = 16;  // grid cap (resident blocks of 128 threads per SM)
+constexpr int kBlocksPerSm = 16;  // grid cap (a few waves of 128-thread blocks per SM)
 
 template <typename T>
 __device__ __forceinline__ T lesser(T a, T b) {
@@ -59,7 +60,10 @@ struct Raw {
 template <int kVec>
 __device__ __forceinline__ Raw<kVec> load_raw(const bf16* p) {
   Raw<kVec> r;
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    r.h[0] = u.x, r.h[1] = u.y, r.h[2] = u.z, r.h[3] = u.w;
+  } else if constexpr (kVec == 4) {
     const uint2 u = *reinterpret_cast<const uint2*>(p);
     r.h[0] = u.x, r.h[1] = u.y;
   } else if constexpr (kVec == 2) {
@@ -72,7 +76,9 @@ __device__ __forceinline__ Raw<kVec> load_raw(const bf16* p) {
 
 template <int kVec>
 __device__ __forceinline__ void store_raw(bf16* p, const Raw<kVec>& r) {
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(r.h[0], r.h[1], r.h[2], r.h[3]);
+  } else if constexpr (kVec == 4) {
     *reinterpret_cast<uint2*>(p) = make_uint2(r.h[0], r.h[1]);
   } else if constexpr (kVec == 2) {
     *reinterpret_cast<uint32_t*>(p) = r.h[0];
@@ -103,7 +109,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 template <int kVec>
 __device__ __forceinline__ void store_vec(bf16* p, const float (&f)[kVec]) {
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
+                                              pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+  } else if constexpr (kVec == 4) {
     *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]));
   } else if constexpr (kVec == 2) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(f[0], f[1]);
@@ -126,9 +135,10 @@ struct Split {
 };
 
 // grid: min(tiles * unit blocks, cap), stride loop over (tile, unit block) items.
-// K <= 4 (every Qwen3.5 size): 64 registers, >= 1024 threads per SM keep enough loads in flight.
+// K <= 4 (every Qwen3.5 size): up to 128 registers; 512 threads per SM with kAhead 16-byte
+// loads each keep 32 KB in flight per SM, about what the HBM's latency-bandwidth product asks.
 template <int K, int kVec>
-__global__ void __launch_bounds__(kThreads, K <= 4 ? 8 : 4)
+__global__ void __launch_bounds__(kThreads, 4)
     gdn_conv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* window,
                     bf16* __restrict__ q, bf16* __restrict__ k, bf16* __restrict__ v, Split sp,
                     float eps, int level, TreeMeta meta) {
@@ -203,33 +213,41 @@ __global__ void __launch_bounds__(kThreads, K <= 4 ? 8 : 4)
       }
       const bf16* xp = x + (off + ub) * C + c;
       bf16* op = out + int64_t(off + ub) * ld;
-#pragma unroll 2
-      for (int u = ub; u < ue; ++u, xp += C, op += ld) {
-        const Raw<kVec> xv = live ? load_raw<kVec>(xp) : zero_raw<kVec>();
-        float y[kVec], sum_sq = 0.f;
+      // kAhead rows' inputs are loaded before any of them is used: the loads are what this
+      // kernel waits on, and one row's load per thread leaves the memory system half idle.
+      for (int u0 = ub; u0 < ue; u0 += kAhead, xp += kAhead * C, op += kAhead * ld) {
+        Raw<kVec> xs[kAhead];
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          float acc = 0.f;  // same order as the CPU: oldest input first
+        for (int a = 0; a < kAhead; ++a)
+          xs[a] = live && u0 + a < ue ? load_raw<kVec>(xp + a * C) : zero_raw<kVec>();
 #pragma unroll
-          for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * raw_at(hist[j], v);
-          acc += wt[K - 1][v] * raw_at(xv, v);
-          // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the
-          // same way)
-          y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
-          sum_sq = fmaf(y[v], y[v], sum_sq);
-        }
-        if (norm_warp) {
-          sum_sq = detail::group_sum_lanes(sum_sq, sp.group);
-          if (qk) {
-            const float s = rsqrtf(sum_sq + eps);
+        for (int a = 0; a < kAhead; ++a) {
+          if (u0 + a >= ue) break;  // uniform: the walk depends only on the tile
+          float y[kVec], sum_sq = 0.f;
 #pragma unroll
-            for (int v = 0; v < kVec; ++v) y[v] *= s;
+          for (int v = 0; v < kVec; ++v) {
+            float acc = 0.f;  // same order as the CPU: oldest input first
+#pragma unroll
+            for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * raw_at(hist[j], v);
+            acc += wt[K - 1][v] * raw_at(xs[a], v);
+            // silu, rounded as a stored conv output would be (for v a no-op: the store rounds
+            // the same way)
+            y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
+            sum_sq = fmaf(y[v], y[v], sum_sq);
           }
-        }
-        if (live) store_vec<kVec>(op, y);
+          if (norm_warp) {
+            sum_sq = detail::group_sum_lanes(sum_sq, sp.group);
+            if (qk) {
+              const float s = rsqrtf(sum_sq + eps);
 #pragma unroll
-        for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
-        if constexpr (K > 1) hist[K - 2] = xv;
+              for (int v = 0; v < kVec; ++v) y[v] *= s;
+            }
+          }
+          if (live) store_vec<kVec>(op + a * ld, y);
+#pragma unroll
+          for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
+          if constexpr (K > 1) hist[K - 2] = xs[a];
+        }
       }
 
       // Outgoing window: the last K-1 inputs of the node's path, oldest first. When this thread
@@ -262,6 +280,10 @@ cudaError_t launch_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf1
   const int blocks =
       int(std::max<int64_t>(1, std::min<int64_t>(tiles * ublocks, int64_t(sms) * kBlocksPerSm)));
   switch (vec) {
+    case 8:
+      gdn_conv_kernel<K, 8>
+          <<<blocks, kThreads, 0, stream>>>(x, w, window, q, k, v, sp, eps, level, meta);
+      break;
     case 4:
       gdn_conv_kernel<K, 4>
           <<<blocks, kThreads, 0, stream>>>(x, w, window, q, k, v, sp, eps, level, meta);
@@ -302,9 +324,10 @@ cudaError_t gdn_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf16* 
     return shape_fits(vec) && aligned(x, bytes) && aligned(q, bytes) && aligned(k, bytes) &&
            aligned(v, bytes) && (K == 1 || aligned(window, bytes));
   };
-  const int vec = fits(4) ? 4 : fits(2) ? 2 : fits(1) ? 1 : 0;
+  const int vec = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : fits(1) ? 1 : 0;
   if (vec == 0)
-    return shape_fits(4) || shape_fits(2) ? cudaErrorMisalignedAddress : cudaErrorInvalidValue;
+    return shape_fits(8) || shape_fits(4) || shape_fits(2) ? cudaErrorMisalignedAddress
+                                                           : cudaErrorInvalidValue;
   Split sp;
   sp.C = int(C);
   sp.Kd = int(Kd);
