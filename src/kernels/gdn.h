@@ -9,19 +9,21 @@
 //   plan    one block lists the level's chunks (node, first row); chunks start at each node's
 //           first row and the last one of a node may be short, exactly as the CPU reference;
 //   prepare one block per (chunk, value head), all in parallel: in-chunk cumulative gamma,
-//           T = (I + A)^-1 (A = strictly lower beta_i (k_i.k_j) exp(gamma_i - gamma_j)),
-//           W = T (beta exp(gamma) K), U = T (beta V), P = (q_i.k_j) Dk^-1/2 exp(gamma_i -
-//           gamma_j) (j <= i), stored in fp32 to the workspace;
+//           T = (I + A)^-1 (A = strictly lower beta_i (k_i.k_j) exp(gamma_i - gamma_j)) and
+//           P = (q_i.k_j) Dk^-1/2 exp(gamma_i - gamma_j) (j <= i), stored in fp32 to the
+//           workspace;
 //   state   one block per (node, value head, share of its 16-column slabs; a level with few
 //           nodes splits its heads finer): walks the node's chunks in order with the state,
-//           transposed, in registers (a warp per slab): v_new = U - W S,
+//           transposed, in registers (a warp per slab):
+//           v_new = T (beta V - beta exp(gamma) K S), i.e. fla's U - W S without forming
+//           W = T (beta exp(gamma) K) and U = T (beta V) (32 times T's bytes),
 //           out = Dk^-1/2 exp(gamma) (q S) + P v_new, S = exp(gamma_last) S +
 //           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential.
 // Products run on tensor cores with fp32 accumulation: the Gram products K K^T and Q K^T as bf16
 // (mma.sync m16n8k16; products of bf16 inputs are exact in fp32), the rest as tf32 (m16n8k8): q
-// and k are bf16, hence exact in tf32; T, W, U, P, the state and v_new are rounded to tf32
-// (2^-11) as operands only, the state itself accumulates in fp32. No atomics: results are
-// deterministic and do not depend on which other nodes share the level.
+// and k are bf16, hence exact in tf32; T, P, the state, beta V - beta exp(gamma) K S and v_new
+// are rounded to tf32 (2^-11) as operands only, the state itself accumulates in fp32. No
+// atomics: results are deterministic and do not depend on which other nodes share the level.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,11 +53,11 @@ cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat
                      cudaStream_t stream);
 
 // Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
-// meta.n_tokens it is called with): fp32 W [Hv][T][Dk], U [Hv][T][Dv], P [Hv][T][64],
-// gamma [Hv][T] and the chunk list, i.e. about 4 * Hv * T * (Dk + Dv + 65) bytes (128 MB for
-// Hv = 16, Dk = Dv = 128, T = 6260). Nothing in it outlives a call, so every GDN
-// layer (and every level) can share one buffer as long as the calls are ordered on one stream.
-size_t gdn_workspace_bytes(int64_t T, int heads_v, int dim_k, int dim_v);
+// meta.n_tokens it is called with): fp32 T [Hv][T][64], P [Hv][T][64], gamma [Hv][T] and the
+// chunk list, i.e. about 4 * Hv * T * 129 bytes (52 MB for Hv = 16, T = 6260), whatever the
+// head dims. Nothing in it outlives a call, so every GDN layer (and every level) can share one
+// buffer as long as the calls are ordered on one stream.
+size_t gdn_workspace_bytes(int64_t T, int heads_v);
 
 // q, k [T, Hk*Dk] bf16 (L2-normed; q is scaled by Dk^-1/2 inside), v [T, Hv*Dv] bf16,
 // g, beta [T, Hv] fp32, state [slots, Hv*Dk*Dv] fp32 (per head S[Dk][Dv]), out [T, Hv*Dv] bf16.

@@ -19,18 +19,17 @@ using gdn_detail::Workspace;
 namespace {
 
 struct WorkspaceLayout {
-  size_t W, U, P, gam, chunks, total;
+  size_t T, P, gam, chunks, total;
 };
 
-WorkspaceLayout workspace_layout(int64_t T, int heads_v, int dim_k, int dim_v) {
+WorkspaceLayout workspace_layout(int64_t T, int heads_v) {
   auto round_up = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t rows = size_t(heads_v) * size_t(T);
   // chunks of a level <= sum over its nodes of (length / 64 + 1) <= T / 64 + T
   const size_t list = size_t(T) + size_t(T + kChunk - 1) / kChunk + 2;
   WorkspaceLayout l{};
   size_t o = 0;
-  l.W = o, o += round_up(rows * size_t(dim_k) * 4);
-  l.U = o, o += round_up(rows * size_t(dim_v) * 4);
+  l.T = o, o += round_up(rows * kChunk * 4);
   l.P = o, o += round_up(rows * kChunk * 4);
   l.gam = o, o += round_up(rows * 4);
   l.chunks = o, o += round_up(list * sizeof(int2));
@@ -48,11 +47,11 @@ cudaError_t launch_gdn(GdnArgs a, void* workspace) {
   if (!aligned(a.q, D::kVecK * 2) || !aligned(a.k, D::kVecK * 2) || !aligned(a.v, D::kVecV * 2) ||
       !aligned(a.out, 4) || !aligned(workspace, 16))
     return cudaErrorMisalignedAddress;
-  const WorkspaceLayout l = workspace_layout(a.meta.n_tokens, a.heads_v, DK, DV);
+  const WorkspaceLayout l = workspace_layout(a.meta.n_tokens, a.heads_v);
   unsigned char* base = static_cast<unsigned char*>(workspace);
-  a.ws = Workspace{reinterpret_cast<float*>(base + l.W), reinterpret_cast<float*>(base + l.U),
-                   reinterpret_cast<float*>(base + l.P), reinterpret_cast<float*>(base + l.gam),
-                   reinterpret_cast<int2*>(base + l.chunks)};
+  a.ws =
+      Workspace{reinterpret_cast<float*>(base + l.T), reinterpret_cast<float*>(base + l.P),
+                reinterpret_cast<float*>(base + l.gam), reinterpret_cast<int2*>(base + l.chunks)};
   a.scale = float(1.0 / std::sqrt(double(DK)));
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -76,10 +75,8 @@ GdnLauncher pick(int dim_k, int dim_v) {
 
 }  // namespace
 
-size_t gdn_workspace_bytes(int64_t T, int heads_v, int dim_k, int dim_v) {
-  return workspace_layout(std::max<int64_t>(T, 0), std::max(heads_v, 0), std::max(dim_k, 0),
-                          std::max(dim_v, 0))
-      .total;
+size_t gdn_workspace_bytes(int64_t T, int heads_v) {
+  return workspace_layout(std::max<int64_t>(T, 0), std::max(heads_v, 0)).total;
 }
 
 cudaError_t gdn_chunked(const bf16* q, const bf16* k, const bf16* v, const float* g,

@@ -8,7 +8,7 @@
 // leading dimensions are padded so that every fragment load is free of bank conflicts for
 // Dk = Dv = 128. Small head dims (test checkpoints) pad to whole tiles with zeros.
 //
-// fp32 operands that are only ever read by tensor cores (W, P) are stored already rounded to tf32
+// fp32 operands that are only ever read by tensor cores (T, P) are stored already rounded to tf32
 // (cvt.rna, as the mma operand would be rounded), so the hot loops load them without converting
 // and the results keep the same bits.
 #pragma once
@@ -149,22 +149,18 @@ template <int DK, int DV>
 struct Dims {
   static_assert(DK % 4 == 0 && DV % 4 == 0, "head dims are multiples of 4");
   static constexpr int kKp = (DK + 15) / 16 * 16;    // key dim padded to whole m16 tiles
-  static constexpr int kVp = (DV + 7) / 8 * 8;       // value dim padded to whole n8 tiles
   static constexpr int kVecK = DK % 8 == 0 ? 8 : 4;  // bf16 elements per async copy
   static constexpr int kVecV = DV % 8 == 0 ? 8 : 4;
-  // Leading dimensions (elements). fp32 A tiles: ld = 4 mod 32 words; fp32 B tiles:
-  // ld = 8 mod 32 (or 24) words; bf16 tiles: ld / 2 = 4 mod 32 words.
+  // Leading dimensions (elements). fp32 A tiles: ld = 4 mod 32 words; bf16 tiles: ld / 2 = 4
+  // mod 32 words.
   static constexpr int kLdH = kKp + 8;     // bf16 q, k rows
-  static constexpr int kLdV = kVp + 8;     // bf16 v rows; fp32 v_new rows (output)
-  static constexpr int kLdW = kKp + 4;     // fp32 W rows
-  static constexpr int kLdC = kChunk + 4;  // fp32 rows of 64: L, T, Y (prepare), P
+  static constexpr int kLdC = kChunk + 4;  // fp32 rows of 64: L, T (prepare)
 };
 
 // Device scratch, carved identically by gdn_workspace_bytes and the launcher. Rows are indexed
 // by value head and stream row, so chunks of different nodes never share one.
 struct Workspace {
-  float* W;      // [Hv][T][Dk] T (beta exp(gamma) K), tf32-rounded
-  float* U;      // [Hv][T][Dv] T (beta V)
+  float* T;      // [Hv][T][64] row i of a chunk's (I + A)^-1 (0 for j > i), tf32-rounded
   float* P;      // [Hv][T][64] row i of a chunk against its rows j (0 for j > i), tf32-rounded
   float* gam;    // [Hv][T] in-chunk cumulative g
   int2* chunks;  // [0].x: number of chunks of the level; [1 + c]: (node, first row in node)

@@ -10,27 +10,27 @@
 //      (one column per lane, in registers), then T_ba = T_bb L_ba T_aa for the blocks (1, 0) and
 //      (3, 2), then T[32:64, 0:32] = T_hi L[32:64, 0:32] T_lo (hi, lo: the diagonal 32x32 halves);
 //      warps 2-7: P = scale q_i.k_j exp(gamma_i - gamma_j) (j <= i) to the workspace;
-//   E  all warps: W = T (beta exp(gamma) K), U = T (beta V), each warp an eighth of the columns of
-//      both over all 64 rows (the B fragments are built once), skipping T's zero blocks.
+//   E  all warps: T to the workspace, in natural column order, zero above the diagonal.
+// The state kernel applies T itself (v_new = T (beta V - beta exp(gamma) K S)), so W = T (beta
+// exp(gamma) K) and U = T (beta V), 32 times T's size, are never formed.
 // Products run on tensor cores: K K^T and Q K^T as bf16 m16n8k16 (exact products of bf16 inputs,
 // fp32 accumulation, like the tf32 form), the rest as tf32 m16n8k8. The forward substitution is
 // fp32, in the CPU's order, on L kept unrounded; the off-diagonal blocks of T are products of
-// tf32-rounded operands (2^-11 relative, the rounding T gets anyway as the operand of W and U)
+// tf32-rounded operands (2^-11 relative, the rounding T gets anyway as an mma operand)
 // accumulated in fp32.
 //
 // T is kept rounded to tf32 in shared memory with the columns of every 8-column group in the
 // order 0 2 4 6 1 3 5 7: ldmatrix then hands a lane the columns (2t, 2t+1) of a row as its A
-// fragment's k pair (t, t + 4), which lets every product with T take its B fragment as row pairs
-// (2t, 2t+1): K and V straight from ldmatrix.trans, and an accumulator tile reused as an A
-// fragment in registers (its lane holds columns 2t, 2t+1 of its rows). Products whose B is T
-// come out in T's column order and are stored as they are.
+// fragment's k pair (t, t + 4), which lets the inverse's products with T take their B fragments
+// as row pairs (2t, 2t+1), an accumulator tile reused as an A fragment in registers (its lane
+// holds columns 2t, 2t+1 of its rows).
 //
-// Shared memory is five equal slots: Q, and a ring of four that are K, L, T and V in turn, so
-// that the next item's K and Q (and g, beta) load while this one computes W and U: Q's slot frees
-// after P, L's after the inverse (the next K goes there), V loads after the item's first barrier
-// into the slot the previous item's K left.
+// Shared memory is four equal slots: Q, and a ring of three that are K, L and T in turn, so that
+// the next item's K and Q (and g, beta) load while this one writes T: Q's slot frees after P,
+// L's after the inverse (the next K goes there); this item's T slot is the next one's L, and its
+// K slot the next one's T.
 //
-// Chunk rows past a node's end (its last chunk may be short) are zeros in shared memory (k, q, v,
+// Chunk rows past a node's end (its last chunk may be short) are zeros in shared memory (k, q,
 // beta, g): they change neither the real rows' outputs nor the state, like HF's padding. Those
 // rows are never written back: workspace rows are indexed by stream row.
 #include "kernels/gdn_chunk.cuh"
@@ -45,15 +45,12 @@ template <int DK, int DV>
 struct PrepCfg : Dims<DK, DV> {
   using D = Dims<DK, DV>;
   static constexpr int kBytesH = kChunk * D::kLdH * 2;  // bf16 [64][kLdH] K, Q
-  static constexpr int kBytesV = kChunk * D::kLdV * 2;  // bf16 [64][kLdV] V
   static constexpr int kBytesC = kChunk * D::kLdC * 4;  // fp32 [64][kLdC] L, T
-  static constexpr int kBytesKV = kBytesH > kBytesV ? kBytesH : kBytesV;
-  static constexpr int kSlot = ((kBytesKV > kBytesC ? kBytesKV : kBytesC) + 127) / 128 * 128;
-  static constexpr int kQ = 4 * kSlot;                // after the ring of four slots
+  static constexpr int kSlot = ((kBytesH > kBytesC ? kBytesH : kBytesC) + 127) / 128 * 128;
+  static constexpr int kQ = 3 * kSlot;                // after the ring of three slots
   static constexpr int kRaw = kQ + kSlot;             // fp32 [2][2][64] g, beta of two items
   static constexpr int kGam = kRaw + 4 * kChunk * 4;  // fp32 [64] in-chunk cumulative g
-  static constexpr int kBk = kGam + kChunk * 4;       // fp32 [2][64] beta exp(gamma)
-  static constexpr int kBytes = kBk + 2 * kChunk * 4;
+  static constexpr int kBytes = kGam + kChunk * 4;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -113,13 +110,6 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
                : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_addr(p)));
 }
-// Lane 4 g + t gets rows 2t, 2t + 1 of column g of each of four 8x8 b16 matrices, packed.
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 // d += a b, bf16 m16n8k16: A (16x16) rows g, g + 8 with k pairs (2t, 2t+1), (2t+8, 2t+9); B the
 // same k pairs of column g; C as in the tf32 form.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
@@ -241,26 +231,24 @@ constexpr uint64_t kPRuns = tile_run(0, 3, 0, 4) | tile_run(1, 3, 4, 4) | tile_r
                             tile_run(3, 2, 3, 3) | tile_run(4, 1, 0, 4) | tile_run(5, 0, 0, 2);
 
 // ---------------------------------------------------------------------------------------------
-// Prepare: per (chunk, value head) gamma, P, W, U. Stride loop over items = chunk * Hv + head.
+// Prepare: per (chunk, value head) gamma, P, T. Stride loop over items = chunk * Hv + head.
 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2)
     gdn_prepare_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                       const bf16* __restrict__ v, const float* __restrict__ g,
-                       const float* __restrict__ beta, Workspace ws, int heads_k, int heads_v,
-                       float scale, TreeMeta meta) {
+                       const float* __restrict__ g, const float* __restrict__ beta, Workspace ws,
+                       int heads_k, int heads_v, float scale, TreeMeta meta) {
   using C = PrepCfg<DK, DV>;
-  constexpr int kLdH = C::kLdH, kLdV = C::kLdV, kLdC = C::kLdC;
+  constexpr int kLdH = C::kLdH, kLdC = C::kLdC;
   extern __shared__ __align__(16) unsigned char smem[];
-  auto slot = [&](int i) { return smem + (i & 3) * C::kSlot; };  // the ring
+  auto slot = [&](int i) { return smem + (i % 3) * C::kSlot; };  // the ring
   bf16* Qs = reinterpret_cast<bf16*>(smem + C::kQ);              // [64][kLdH] queries
   float* raw = reinterpret_cast<float*>(smem + C::kRaw);         // [2][g 64, beta 64]
   float* gam_s = reinterpret_cast<float*>(smem + C::kGam);       // [64] cumulative g
-  float* bk_all = reinterpret_cast<float*>(smem + C::kBk);       // [2][64] beta exp(gamma)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
-  const int64_t qk_ld = int64_t(heads_k) * DK, v_ld = int64_t(heads_v) * DV;
+  const int64_t qk_ld = int64_t(heads_k) * DK;
   const int group = heads_v / heads_k;
   const int items = ws.chunks[0].x * heads_v;
 
@@ -307,19 +295,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     bf16* Ks = reinterpret_cast<bf16*>(slot(iter));        // [64][kLdH] keys (prefetched)
     float* Ls = reinterpret_cast<float*>(slot(iter + 1));  // [64][kLdC] -A (strictly lower)
     float* Ts = reinterpret_cast<float*>(slot(iter + 2));  // [64][kLdC] (I + A)^-1, tf32, permuted
-    bf16* Vs = reinterpret_cast<bf16*>(slot(iter + 3));    // [64][kLdV] values
     const float* beta_s = raw + par * 2 * kChunk + kChunk;
-    float* bk_s = bk_all + par * kChunk;
     const int nrows = cur.nrows;
     const int64_t hrow = int64_t(cur.head) * T + cur.t0;  // workspace row of t0
 
     // gamma_i = gamma_{i-1} + g_i: lane l scans rows 2l, 2l + 1 (the pair sums by shuffles).
-    // gam_s is free (every warp passed the previous item's last barrier); bk_s alternates with
-    // the previous item's, which its W product may still be reading.
+    // gam_s is free (every warp passed the previous item's last barrier).
     cp_async_wait_all();
     if (warp == 0) {
       const float2 gg = *reinterpret_cast<const float2*>(raw + par * 2 * kChunk + 2 * lane);
-      const float2 bb = *reinterpret_cast<const float2*>(beta_s + 2 * lane);
       float incl = gg.x + gg.y;
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
@@ -330,14 +314,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (lane == 0) base = 0.f;
       const float ga = base + gg.x, gb = ga + gg.y;
       *reinterpret_cast<float2*>(gam_s + 2 * lane) = make_float2(ga, gb);
-      *reinterpret_cast<float2*>(bk_s + 2 * lane) =
-          make_float2(bb.x * __expf(ga), bb.y * __expf(gb));
       if (2 * lane < nrows) ws.gam[hrow + 2 * lane] = ga;
       if (2 * lane + 1 < nrows) ws.gam[hrow + 2 * lane + 1] = gb;
     }
     __syncthreads();  // K, Q, beta, gamma visible; every warp is done with the previous item
-    load_tile<bf16, C::kVecV, C::kVp, kLdV>(Vs, v + cur.t0 * v_ld + cur.head * DV, v_ld, nrows, DV);
-    cp_async_commit();
 
     // Phase B: K K^T -> Ls = -(beta_i k_i.k_j exp(gamma_i - gamma_j)) for j < i (0 elsewhere in
     // the computed tiles; nothing reads above the diagonal blocks).
@@ -427,84 +407,22 @@ __global__ void __launch_bounds__(kThreads, 2)
             *reinterpret_cast<float2*>(prow + j) = make_float2(0.f, 0.f);
       }
     }
-    cp_async_wait_all();  // V
-    __syncthreads();      // T and V complete; Q's and L's slots are free
+    __syncthreads();  // T complete; Q's and L's slots are free
 
     const int next_item = item + int(gridDim.x);
     if (next_item < items) next = prefetch(next_item, slot(iter + 1), par ^ 1);
 
-    // Phase E: W = T (beta exp(gamma) K) [64 x Dk], U = T (beta V) [64 x Dv]. Warp: n8 tiles
-    // warp, warp + 8, ... of W and of U, all four row strips; strip mt needs k < 16 (mt + 1).
-    {
-      constexpr int kTilesW = C::kKp / 8, kTilesU = C::kVp / 8;
-      constexpr int kSW = (kTilesW + kWarps - 1) / kWarps, kSU = (kTilesU + kWarps - 1) / kWarps;
-      static_assert(kSW + kSU <= 4, "one ldmatrix.x4 per k step");
-      // ldmatrix.trans matrices: kSW tiles of K, then kSU of V, then unused (any valid row).
-      const int m = lane >> 3;
-      const bf16* src = Ks;
-      int ld = kLdH, col = 0;
-      if (m < kSW) {
-        const int nt = warp + kWarps * m;
-        col = nt < kTilesW ? 8 * nt : 0;
-      } else if (m < kSW + kSU) {
-        const int nt = warp + kWarps * (m - kSW);
-        src = Vs;
-        ld = kLdV;
-        col = nt < kTilesU ? 8 * nt : 0;
-      }
-      const uint32_t b_addr = smem_addr(src + (lane & 7) * ld + col);
-      const uint32_t b_step = 8 * ld * uint32_t(sizeof(bf16));
-      float acc_w[4][kSW][4] = {}, acc_u[4][kSU][4] = {};
+    // Phase E: T to the workspace, four natural columns a thread; column 2t + h of an 8-column
+    // group sits at position t + 4 h in shared memory. Zero above the diagonal (not computed).
+    for (int e = int(threadIdx.x); e < kChunk * kChunk / 4; e += kThreads) {
+      const int i = e / (kChunk / 4), j = 4 * (e % (kChunk / 4));
+      if (i >= nrows) continue;
+      const float* trow = Ts + i * kLdC + (j & ~7) + ((j & 7) >> 1);
+      float t[4];
 #pragma unroll
-      for (int kk = 0; kk < kChunk / 8; ++kk) {
-        uint32_t bq[4];
-        ldsm_x4_trans(bq, b_addr + kk * b_step);
-        const float2 fk = *reinterpret_cast<const float2*>(bk_s + 8 * kk + 2 * t4);
-        const float2 fv = *reinterpret_cast<const float2*>(beta_s + 8 * kk + 2 * t4);
-        // bf16 pair (rows 2t, 2t+1) -> fp32, scaled per row, rounded: the B fragment.
-        auto scaled = [](uint32_t(&b)[2], uint32_t pair, float2 f) {
-          b[0] = to_tf32(__uint_as_float(pair << 16) * f.x);
-          b[1] = to_tf32(__uint_as_float(pair & 0xffff0000u) * f.y);
-        };
-        uint32_t bw[kSW][2], bu[kSU][2];
-#pragma unroll
-        for (int s = 0; s < kSW; ++s) scaled(bw[s], bq[s], fk);
-#pragma unroll
-        for (int s = 0; s < kSU; ++s) scaled(bu[s], bq[kSW + s], fv);
-#pragma unroll
-        for (int mt = kk / 2; mt < 4; ++mt) {
-          uint32_t a[4];
-          frag_a_tf32(a, Ts + 16 * mt * kLdC + 8 * kk, kLdC, lane);
-#pragma unroll
-          for (int s = 0; s < kSW; ++s)
-            if (kTilesW % kWarps == 0 || warp + kWarps * s < kTilesW) mma(acc_w[mt][s], a, bw[s]);
-#pragma unroll
-          for (int s = 0; s < kSU; ++s)
-            if (kTilesU % kWarps == 0 || warp + kWarps * s < kTilesU) mma(acc_u[mt][s], a, bu[s]);
-        }
-      }
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int i = 16 * mt + g8 + 8 * h;
-          if (i >= nrows) continue;
-#pragma unroll
-          for (int s = 0; s < kSW; ++s) {
-            const int j = 8 * (warp + kWarps * s) + 2 * t4;
-            if (j < DK)  // DK is even, so j + 1 < DK too
-              *reinterpret_cast<float2*>(ws.W + (hrow + i) * DK + j) =
-                  make_float2(round_tf32(acc_w[mt][s][2 * h]), round_tf32(acc_w[mt][s][2 * h + 1]));
-          }
-#pragma unroll
-          for (int s = 0; s < kSU; ++s) {
-            const int j = 8 * (warp + kWarps * s) + 2 * t4;
-            if (j < DV)
-              *reinterpret_cast<float2*>(ws.U + (hrow + i) * DV + j) =
-                  make_float2(acc_u[mt][s][2 * h], acc_u[mt][s][2 * h + 1]);
-          }
-        }
-      }
+      for (int c = 0; c < 4; ++c) t[c] = j + c <= i ? trow[(c >> 1) + 4 * (c & 1)] : 0.f;
+      *reinterpret_cast<float4*>(ws.T + (hrow + i) * kChunk + j) =
+          make_float4(t[0], t[1], t[2], t[3]);
     }
   }
 }
@@ -521,7 +439,7 @@ cudaError_t launch_prepare(const GdnArgs& a) {
   // Two resident blocks per SM, each walking its items with the next one's loads in flight.
   const int blocks = stride_grid(max_level_chunks(a.meta) * a.heads_v, a.sms, 2);
   return launch_with_smem(gdn_prepare_kernel<DK, DV>, blocks, PrepCfg<DK, DV>::kBytes, a.stream,
-                          a.q, a.k, a.v, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
+                          a.q, a.k, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_prepare<DK, DV>(const GdnArgs&);

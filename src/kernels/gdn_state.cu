@@ -1,27 +1,32 @@
 // The chunked delta rule's sequential half and its output (gdn.h): one block per (node, value
 // head, share of its value columns) walks the node's chunks in order with the state in registers,
 // transposed: each warp owns a slab of 16 rows of S^T (value columns of S) against every key, as
-// mma.sync accumulators. Per chunk, from the state entering it:
-//   v_new^T = U^T - S^T W^T
+// mma.sync accumulators. Per chunk, from the state entering it (b_j = beta_j exp(gamma_j)):
+//   Y^T     = beta V^T - (S^T K^T) diag(b)
+//   v_new^T = Y^T T^T                                          (fla's U - W S, in T's factors)
 //   out^T   = Dk^-1/2 exp(gamma) (S^T q^T) + v_new^T P^T      (to bf16 out)
 //   S^T     = exp(gamma_last) S^T + (v_new f)^T K,  f_j = exp(gamma_last - gamma_j).
-// Why transposed: the state is then the A operand of both products with S, and v_new^T the A
-// operand of the other two, and an m16n8 accumulator is an m16n8k8 tf32 A fragment as it stands
-// once the k index is permuted (k slot t <-> column 2t, slot t + 4 <-> 2t + 1; the B fragments
-// read rows in the same order). So neither the state nor v_new ever goes through shared or
-// global memory, the warps share nothing but the staged inputs (two barriers per chunk: the stage
-// landed; P and the gate factors landed), and each chunk's W, q, K and P are staged once per block
-// for up to 8 slabs. (The previous kernels, 32-column slices with the
-// state in shared memory plus a parallel output kernel, spent ~15 SM-us per head and chunk on
-// redundant operand loads and moved v_new and q S through global memory.)
+// Applying T here instead of reading W = T (b K) and U = T (beta V) from the prepare kernel
+// moves 64 instead of 2 (Dk + Dv) fp32 values per chunk row, and this kernel is bound by what it
+// reads; the extra product (Y^T T^T, triangular) is a fifth of the chunk's tensor-core work.
+// Why transposed: the state is then the A operand of both products with S, and Y^T and v_new^T
+// the A operands of the others, and an m16n8 accumulator is an m16n8k8 tf32 A fragment as it
+// stands once the k index is permuted (k slot t <-> column 2t, slot t + 4 <-> 2t + 1; the B
+// fragments read rows in the same order). So neither the state nor v_new ever goes through
+// shared or global memory, the warps share nothing but the staged inputs (two barriers per
+// chunk: the stage landed; the gate factors landed), and each chunk's T, P, q, K and V are
+// staged once per block for up to 8 slabs. Both products with the entering state (S^T K^T and
+// S^T q^T) share its A fragments before the second barrier, so the chunk's only waits after it
+// are on its own products.
 //
-// B fragments: W^T and P^T from fp32 [row][col] tiles (one 8-byte load: columns 2t, 2t + 1), q^T
-// from bf16 q (one 4-byte load of the bf16 pair), K from bf16 K [row][key] by ldmatrix.trans
-// (rows 2t and 2t + 1 of one key column in one register). Row paddings make all of them free of
-// bank conflicts for Dk = Dv = 128.
+// B fragments: T^T and P^T from fp32 [row][col] tiles (one 8-byte load: columns 2t, 2t + 1),
+// q^T and K^T from bf16 q and K (one 4-byte load of the bf16 pair), K from bf16 K [row][key] by
+// ldmatrix.trans (rows 2t and 2t + 1 of one key column in one register). Row paddings make all
+// of them free of bank conflicts for Dk = Dv = 128.
 //
-// Chunk rows past a node's end are zeros in shared memory (W, q, k, U, P, gamma) and f = 0 there:
-// they change neither the real rows' outputs nor the state, and they are never written.
+// Chunk rows past a node's end are zeros in shared memory (T, P, q, k, V, gamma, beta) and
+// f = b = 0 there: they change neither the real rows' outputs nor the state, and they are never
+// written.
 #include "kernels/gdn_chunk.cuh"
 
 namespace flide::kernels::gdn_detail {
@@ -37,24 +42,25 @@ struct StateCfg : Dims<DK, DV> {
                 "a head's slabs fit one block and halve evenly");
   static constexpr int kUcols = kSlabs * kSlab;   // value columns staged per block, at most
   static constexpr int kKeyTiles = (DK + 7) / 8;  // n8 tiles of S^T's key columns
-  static constexpr int kLdW = D::kKp + 8;         // fp32: 8 mod 32 words (8-byte fragment loads)
+  static constexpr int kLdT = kChunk + 8;         // fp32 T, P: 8 mod 32 words (8-byte loads)
   static constexpr int kLdH = D::kLdH;            // bf16 q, K: 4 mod 32 words
-  static constexpr int kLdU = kUcols + 4;         // fp32: 4 mod 32 words
-  static constexpr int kLdP = kChunk + 8;         // fp32: 8 mod 32 words, like W
+  static constexpr int kLdV = kUcols + 8;         // bf16 V, the block's columns: 4 mod 32 words
 
-  // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's P (one
-  // buffer: two stages and two P do not fit; P is loaded during phase A), then its factors.
-  static constexpr int kStW = 0;
-  static constexpr int kStQ = kStW + kChunk * kLdW * 4;
+  // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's factors.
+  static constexpr int kStT = 0;
+  static constexpr int kStP = kStT + kChunk * kLdT * 4;
+  static constexpr int kStQ = kStP + kChunk * kLdT * 4;
   static constexpr int kStK = kStQ + kChunk * kLdH * 2;
-  static constexpr int kStU = kStK + kChunk * kLdH * 2;
-  static constexpr int kStGam = kStU + kChunk * kLdU * 4;
-  static constexpr int kStBytes = kStGam + kChunk * 4;
-  static constexpr int kP = 2 * kStBytes;
-  static constexpr int kFactors = kP + kChunk * kLdP * 4;  // [64] scale exp(gamma_j), [64] f_j
-  static constexpr int kBytes = kFactors + 2 * kChunk * 4;
+  static constexpr int kStV = kStK + kChunk * kLdH * 2;
+  static constexpr int kStGam = kStV + kChunk * kLdV * 2;
+  static constexpr int kStBeta = kStGam + kChunk * 4;
+  static constexpr int kStBytes = kStBeta + kChunk * 4;
+  // [64] scale exp(gamma_j), [64] f_j, [64] b_j = beta_j exp(gamma_j)
+  static constexpr int kFactors = 2 * kStBytes;
+  static constexpr int kBytes = kFactors + 3 * kChunk * 4;
 
-  static_assert(kStQ % 16 == 0 && kStK % 16 == 0 && kStU % 16 == 0 && kStBytes % 16 == 0,
+  static_assert(kStP % 16 == 0 && kStQ % 16 == 0 && kStK % 16 == 0 && kStV % 16 == 0 &&
+                    kStBytes % 16 == 0,
                 "16-byte aligned regions for cp.async and ldmatrix");
   static_assert(kBytes <= 227 * 1024, "shared memory");
 };
@@ -84,17 +90,18 @@ __device__ __forceinline__ void frags_k(uint32_t (&b)[N][2], const bf16* p, int 
   for (int i = 0; i < N; ++i) b[i][0] = r[i] << 16, b[i][1] = r[i] & 0xffff0000u;
 }
 
-// dst [kChunk][kLd] fp32 <- the block's value columns of U: rows r < nrows, columns c < cols;
-// the rest of its `slabs` slabs is zero (unlike load_tile, whose width is static: a block reads
-// only its own slabs).
-template <int kLd>
-__device__ __forceinline__ void load_slab_tile(float* dst, const float* src, int64_t src_ld,
-                                               int nrows, int cols, int slabs, int tid,
-                                               int nthreads) {
-  const int shift = 2 + __ffs(slabs) - 1;  // log2 of the 4-float vectors of a row: 4 per slab
+// dst [kChunk][kLd] <- the block's value columns of V: rows r < nrows, columns c < cols; the
+// rest of its `slabs` slabs is zero (unlike load_tile, whose width is static: a block reads only
+// its own slabs).
+template <typename T, int kVec, int kLd>
+__device__ __forceinline__ void load_slab_tile(T* dst, const T* src, int64_t src_ld, int nrows,
+                                               int cols, int slabs, int tid, int nthreads) {
+  static_assert(kSlab % kVec == 0 && ((kSlab / kVec) & (kSlab / kVec - 1)) == 0,
+                "a power of two of vectors per slab");
+  const int shift = __ffs(kSlab / kVec * slabs) - 1;  // log2 of the vectors of a row
   for (int i = tid; i < kChunk << shift; i += nthreads) {
-    const int r = i >> shift, c = (i & ((1 << shift) - 1)) * 4;
-    stage_vector<float, 4>(dst + r * kLd + c, src + r * src_ld + c, r < nrows && c < cols);
+    const int r = i >> shift, c = (i & ((1 << shift) - 1)) * kVec;
+    stage_vector<T, kVec>(dst + r * kLd + c, src + r * src_ld + c, r < nrows && c < cols);
   }
 }
 
@@ -110,36 +117,42 @@ __device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) 
 // the split, so neither do the results.
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 1)
-    gdn_state_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, float* state,
+    gdn_state_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                     const bf16* __restrict__ v, const float* __restrict__ beta, float* state,
                      bf16* __restrict__ out, Workspace ws, int heads_k, int heads_v, int level,
                      float scale, TreeMeta meta) {
   using C = StateCfg<DK, DV>;
-  constexpr int kLdW = C::kLdW, kLdH = C::kLdH, kLdU = C::kLdU, kLdP = C::kLdP;
+  constexpr int kLdT = C::kLdT, kLdH = C::kLdH, kLdV = C::kLdV;
   constexpr int kKT = C::kKeyTiles;
   constexpr int kRowTiles = kChunk / 8;  // n8 tiles of the chunk's rows
   constexpr int kKGroup = kKT % 4 == 0 ? 4 : kKT % 2 == 0 ? 2 : 1;
   extern __shared__ __align__(16) unsigned char smem[];
   struct Stage {
-    float* W;    // [64][kLdW]
-    bf16* Q;     // [64][kLdH]
-    bf16* K;     // [64][kLdH]
-    float* U;    // [64][kLdU] the block's value columns
-    float* gam;  // [64]
+    float* T;     // [64][kLdT]
+    float* P;     // [64][kLdT]
+    bf16* Q;      // [64][kLdH]
+    bf16* K;      // [64][kLdH]
+    bf16* V;      // [64][kLdV] the block's value columns
+    float* gam;   // [64]
+    float* beta;  // [64]
   };
   auto stage = [&](int b) {
     unsigned char* base = smem + b * C::kStBytes;
-    return Stage{reinterpret_cast<float*>(base + C::kStW), reinterpret_cast<bf16*>(base + C::kStQ),
-                 reinterpret_cast<bf16*>(base + C::kStK), reinterpret_cast<float*>(base + C::kStU),
-                 reinterpret_cast<float*>(base + C::kStGam)};
+    return Stage{
+        reinterpret_cast<float*>(base + C::kStT),   reinterpret_cast<float*>(base + C::kStP),
+        reinterpret_cast<bf16*>(base + C::kStQ),    reinterpret_cast<bf16*>(base + C::kStK),
+        reinterpret_cast<bf16*>(base + C::kStV),    reinterpret_cast<float*>(base + C::kStGam),
+        reinterpret_cast<float*>(base + C::kStBeta)};
   };
-  float* Ps = reinterpret_cast<float*>(smem + C::kP);        // [64][kLdP] the chunk's P
   float* ef = reinterpret_cast<float*>(smem + C::kFactors);  // [64] scale exp(gamma_j)
   float* fj = ef + kChunk;                                   // [64] exp(gamma_last - gamma_j)
+  float* bj = fj + kChunk;                                   // [64] beta_j exp(gamma_j)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
   const int64_t qk_ld = int64_t(heads_k) * DK;
   const int64_t state_ld = int64_t(heads_v) * DK * DV, out_ld = int64_t(heads_v) * DV;
+  const int64_t v_ld = out_ld;
   const int group = heads_v / heads_k;
   const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
   int splits = 1;
@@ -151,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (a block of one slab would otherwise spend ~20% of each chunk issuing copies).
   const int loaders = slabs < kWarps ? kThreads - 32 * slabs : kThreads;
   const int ltid = int(threadIdx.x) - (kThreads - loaders);  // < 0: not a loader
-  // Element e of an accumulator tile (S^T, v_new^T, out^T): its row is value column
+  // Element e of an accumulator tile (S^T, Y^T, v_new^T, out^T): its row is value column
   // value_col(e) of the block, its column is column tile_col(t, e) of tile t (a key, or a chunk
   // row).
   auto value_col = [&](int e) { return kSlab * warp + g8 + 8 * (e >> 1); };
@@ -172,16 +185,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
       const int64_t t0 = off + c0;
       if (ltid >= 0) {
-        load_tile<float, 4, C::kKp, kLdW>(st.W, ws.W + (hrow + c0) * DK, DK, nrows, DK, ltid,
-                                          loaders);
+        load_tile<float, 4, kChunk, kLdT>(st.T, ws.T + (hrow + c0) * kChunk, kChunk, nrows, kChunk,
+                                          ltid, loaders);
+        load_tile<float, 4, kChunk, kLdT>(st.P, ws.P + (hrow + c0) * kChunk, kChunk, nrows, kChunk,
+                                          ltid, loaders);
         load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.Q, q + t0 * qk_ld + kh * DK, qk_ld, nrows, DK,
                                                 ltid, loaders);
         load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.K, k + t0 * qk_ld + kh * DK, qk_ld, nrows, DK,
                                                 ltid, loaders);
-        load_slab_tile<kLdU>(st.U, ws.U + (hrow + c0) * DV + v0, DV, nrows, vcols, slabs, ltid,
-                             loaders);
-        if (ltid < kChunk)
+        load_slab_tile<bf16, C::kVecV, kLdV>(st.V, v + t0 * v_ld + int64_t(head) * DV + v0, v_ld,
+                                             nrows, vcols, slabs, ltid, loaders);
+        if (ltid < kChunk) {
           stage_vector<float, 1>(st.gam + ltid, ws.gam + hrow + c0 + ltid, ltid < nrows);
+          stage_vector<float, 1>(st.beta + ltid, beta + (t0 + ltid) * heads_v + head, ltid < nrows);
+        }
       }
       cp_async_commit();
     };
@@ -198,30 +215,25 @@ __global__ void __launch_bounds__(kThreads, 1)
                           ? state[slot_in * state_ld + state_head + int64_t(c) * DV + v]
                           : 0.f;
       }
-    auto issue_p = [&](int ci) {
-      if (ltid >= 0)
-        load_tile<float, 4, kChunk, kLdP>(Ps, ws.P + (hrow + ci * kChunk) * kChunk, kChunk,
-                                          min(kChunk, len - ci * kChunk), kChunk, ltid, loaders);
-      cp_async_commit();
-    };
     if (n_chunks > 0) issue(0, stage(0));
 
     for (int ci = 0; ci < n_chunks; ++ci) {
       const Stage st = stage(ci & 1);
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
       cp_async_wait_all();
-      __syncthreads();  // stage ci visible; chunk ci - 1 is done with the other stage, P, ef, fj
-      issue_p(ci);      // first: phase A's end waits for it, not for the next stage
+      __syncthreads();  // stage ci visible; chunk ci - 1 is done with the other stage and factors
       if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
       const float gam_last = st.gam[nrows - 1];
       if (ltid >= 0 && ltid < kChunk) {
         const int j = ltid;
-        ef[j] = scale * __expf(st.gam[j]);
+        const float e = __expf(st.gam[j]);
+        ef[j] = scale * e;
         fj[j] = j < nrows ? __expf(gam_last - st.gam[j]) : 0.f;
+        bj[j] = st.beta[j] * e;
       }
 
-      // Phase A: v_new^T = U^T - S^T W^T and O^T = S^T q^T, sharing the A fragments of S^T.
-      float acc_v[kRowTiles][4] = {}, acc_o[kRowTiles][4] = {};
+      // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T.
+      float acc_y[kRowTiles][4] = {}, acc_o[kRowTiles][4] = {};
       if (active) {
 #pragma unroll
         for (int kt = 0; kt < kKT; ++kt) {
@@ -230,32 +242,46 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int nt = 0; nt < kRowTiles; ++nt) {
             const int r = 8 * nt + g8, c = 8 * kt + 2 * t4;
-            const float2 w = *reinterpret_cast<const float2*>(st.W + r * kLdW + c);
-            const uint32_t bw[2] = {__float_as_uint(w.x), __float_as_uint(w.y)};
-            mma(acc_v[nt], a, bw);
+            const uint32_t kp = *reinterpret_cast<const uint32_t*>(st.K + r * kLdH + c);
+            const uint32_t bk[2] = {kp << 16, kp & 0xffff0000u};
+            mma(acc_y[nt], a, bk);
             const uint32_t qp = *reinterpret_cast<const uint32_t*>(st.Q + r * kLdH + c);
             const uint32_t bq[2] = {qp << 16, qp & 0xffff0000u};
             mma(acc_o[nt], a, bq);
           }
         }
       }
-      if (ci + 1 < n_chunks)
-        cp_async_wait_group<1>();  // P, not necessarily the next stage
-      else
-        cp_async_wait_all();
-      __syncthreads();  // P, ef, fj written
-
+      __syncthreads();  // the factors written
       if (!active) continue;
-        // The output, out^T = O^T + v_new^T P^T (P is lower triangular: row tiles jt <= nt), from
-        // O = scale exp(gamma) q S and v_new, both still in registers.
+
+        // Phase B: Y^T = beta V^T - Z^T diag(b), then v_new^T = Y^T T^T (T is lower triangular:
+        // row tiles jt <= nt).
 #pragma unroll
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int v = value_col(e), j = tile_col(nt, e);
-          acc_v[nt][e] = st.U[j * kLdU + v] - acc_v[nt][e];
-          acc_o[nt][e] *= ef[j];
+          acc_y[nt][e] = st.beta[j] * __bfloat162float(st.V[j * kLdV + v]) - bj[j] * acc_y[nt][e];
         }
+      float acc_v[kRowTiles][4] = {};
+#pragma unroll
+      for (int jt = 0; jt < kRowTiles; ++jt) {
+        uint32_t a[4];
+        acc_as_a(a, acc_y[jt]);
+#pragma unroll
+        for (int nt = jt; nt < kRowTiles; ++nt) {
+          const float2 t =
+              *reinterpret_cast<const float2*>(st.T + (8 * nt + g8) * kLdT + 8 * jt + 2 * t4);
+          const uint32_t bt[2] = {__float_as_uint(t.x), __float_as_uint(t.y)};
+          mma(acc_v[nt], a, bt);
+        }
+      }
+
+      // The output, out^T = scale exp(gamma) O^T + v_new^T P^T (P lower triangular too).
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[nt][e] *= ef[tile_col(nt, e)];
 #pragma unroll
       for (int jt = 0; jt < kRowTiles; ++jt) {
         uint32_t a[4];
@@ -263,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int nt = jt; nt < kRowTiles; ++nt) {
           const float2 p =
-              *reinterpret_cast<const float2*>(Ps + (8 * nt + g8) * kLdP + 8 * jt + 2 * t4);
+              *reinterpret_cast<const float2*>(st.P + (8 * nt + g8) * kLdT + 8 * jt + 2 * t4);
           const uint32_t bp[2] = {__float_as_uint(p.x), __float_as_uint(p.y)};
           mma(acc_o[nt], a, bp);
         }
@@ -319,8 +345,9 @@ template <int DK, int DV>
 cudaError_t launch_state(const GdnArgs& a) {
   using C = StateCfg<DK, DV>;
   const int blocks = stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSlabs, a.sms, 1);
-  return launch_with_smem(gdn_state_kernel<DK, DV>, blocks, C::kBytes, a.stream, a.q, a.k, a.state,
-                          a.out, a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
+  return launch_with_smem(gdn_state_kernel<DK, DV>, blocks, C::kBytes, a.stream, a.q, a.k, a.v,
+                          a.beta, a.state, a.out, a.ws, a.heads_k, a.heads_v, a.level, a.scale,
+                          a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_state<DK, DV>(const GdnArgs&);

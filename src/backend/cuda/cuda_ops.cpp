@@ -276,7 +276,7 @@ void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View ou
               "cuda gdn: head dims ", Dk, "x", Dv,
               " (the kernel takes Dk, Dv in {8, 12, 16, 24}, or both 128)");
   if (T == 0) return;
-  const size_t need = kernels::gdn_workspace_bytes(T, heads_v, dim_k, dim_v);
+  const size_t need = kernels::gdn_workspace_bytes(T, heads_v);
   if (need > gdn_workspace_cap_) {  // queued calls may still use the old buffer
     FLIDE_CHECK(graph_mode_ == GraphMode::GraphMode_eager,
                 "cuda gdn: the workspace must grow inside a graph (its bucket ran eagerly first)");
