@@ -111,6 +111,26 @@ __device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) 
   a[0] = to_tf32(c[0]), a[1] = to_tf32(c[2]), a[2] = to_tf32(c[1]), a[3] = to_tf32(c[3]);
 }
 
+// acc[nt] += x[jt] L^T over the row tiles jt <= nt, for a lower-triangular fp32 [64][kLd] tile L
+// already rounded to tf32 (T, P): B(j, i) = L[i][j], the pair (2t, 2t + 1) in one 8-byte load.
+// x is a set of accumulator tiles used as A fragments (acc_as_a).
+template <int kTiles, int kLd>
+__device__ __forceinline__ void add_lower_product(float (&acc)[kTiles][4],
+                                                  const float (&x)[kTiles][4], const float* L,
+                                                  int g8, int t4) {
+#pragma unroll
+  for (int jt = 0; jt < kTiles; ++jt) {
+    uint32_t a[4];
+    acc_as_a(a, x[jt]);
+#pragma unroll
+    for (int nt = jt; nt < kTiles; ++nt) {
+      const float2 l = *reinterpret_cast<const float2*>(L + (8 * nt + g8) * kLd + 8 * jt + 2 * t4);
+      const uint32_t b[2] = {__float_as_uint(l.x), __float_as_uint(l.y)};
+      mma(acc[nt], a, b);
+    }
+  }
+}
+
 // Grid-stride loop over items = (node * Hv + head) * splits + split: a block serves 1 / splits of
 // a head's slabs, with that many warps. A level with few nodes (one request's trunk: 16 heads)
 // splits its heads so that its items still fill the grid; a warp's arithmetic does not depend on
@@ -254,9 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();  // the factors written
       if (!active) continue;
 
-        // Phase B: Y^T = beta V^T - Z^T diag(b), then v_new^T = Y^T T^T (T is lower triangular:
-        // row tiles jt <= nt).
-#pragma unroll
+      // Phase B: Y^T = beta V^T - Z^T diag(b), then v_new^T = Y^T T^T (T is lower triangular).
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -264,36 +282,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc_y[nt][e] = st.beta[j] * __bfloat162float(st.V[j * kLdV + v]) - bj[j] * acc_y[nt][e];
         }
       float acc_v[kRowTiles][4] = {};
-#pragma unroll
-      for (int jt = 0; jt < kRowTiles; ++jt) {
-        uint32_t a[4];
-        acc_as_a(a, acc_y[jt]);
-#pragma unroll
-        for (int nt = jt; nt < kRowTiles; ++nt) {
-          const float2 t =
-              *reinterpret_cast<const float2*>(st.T + (8 * nt + g8) * kLdT + 8 * jt + 2 * t4);
-          const uint32_t bt[2] = {__float_as_uint(t.x), __float_as_uint(t.y)};
-          mma(acc_v[nt], a, bt);
-        }
-      }
+      add_lower_product<kRowTiles, kLdT>(acc_v, acc_y, st.T, g8, t4);
 
       // The output, out^T = scale exp(gamma) O^T + v_new^T P^T (P lower triangular too).
 #pragma unroll
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_o[nt][e] *= ef[tile_col(nt, e)];
-#pragma unroll
-      for (int jt = 0; jt < kRowTiles; ++jt) {
-        uint32_t a[4];
-        acc_as_a(a, acc_v[jt]);
-#pragma unroll
-        for (int nt = jt; nt < kRowTiles; ++nt) {
-          const float2 p =
-              *reinterpret_cast<const float2*>(st.P + (8 * nt + g8) * kLdT + 8 * jt + 2 * t4);
-          const uint32_t bp[2] = {__float_as_uint(p.x), __float_as_uint(p.y)};
-          mma(acc_o[nt], a, bp);
-        }
-      }
+      add_lower_product<kRowTiles, kLdT>(acc_o, acc_v, st.P, g8, t4);
 #pragma unroll
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
