@@ -46,11 +46,15 @@ namespace flide::kernels {
 // dim_k <= 32, or <= 64 with dim_k, value_dim even and 4-byte aligned pointers, or <= 128 with
 // both multiples of 4 and 8-byte aligned pointers, or <= 256 with both multiples of 8 and
 // 16-byte aligned pointers (the fastest case, taken whenever it applies).
-// Else cudaErrorInvalidValue (shapes) or cudaErrorMisalignedAddress (pointers).
+// Else cudaErrorInvalidValue (shapes: gdn_conv_shape_ok says which) or
+// cudaErrorMisalignedAddress (pointers).
 cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* window,
                      __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, int heads_k, int dim_k,
                      int64_t value_dim, int K, float eps, int level, const TreeMeta& meta,
                      cudaStream_t stream);
+// Whether gdn_conv takes a key head of dim_k with value width value_dim at some vector width
+// (suitably aligned pointers given): the shape rule above.
+bool gdn_conv_shape_ok(int dim_k, int64_t value_dim);
 
 // Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
 // meta.n_tokens it is called with): fp32 T [Hv][T][64], P [Hv][T][64], gamma [Hv][T] and the

@@ -304,7 +304,19 @@ bool aligned(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+// A vector of `vec` channels may not straddle a head or the q | k | v boundaries, and a head
+// takes at most a warp.
+bool conv_shape_fits(int dim_k, int64_t value_dim, int vec) {
+  return dim_k % vec == 0 && value_dim % vec == 0 && dim_k / vec <= 32;
+}
+
 }  // namespace
+
+bool gdn_conv_shape_ok(int dim_k, int64_t value_dim) {
+  return dim_k >= 1 && value_dim >= 0 &&
+         (conv_shape_fits(dim_k, value_dim, 8) || conv_shape_fits(dim_k, value_dim, 4) ||
+          conv_shape_fits(dim_k, value_dim, 2) || conv_shape_fits(dim_k, value_dim, 1));
+}
 
 cudaError_t gdn_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf16* k, bf16* v,
                      int heads_k, int dim_k, int64_t value_dim, int K, float eps, int level,
@@ -314,20 +326,15 @@ cudaError_t gdn_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf16* 
       C > (int64_t(1) << 30))
     return cudaErrorInvalidValue;
   if (meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
-  // A vector may not straddle a head or the q | k | v boundaries, a head takes at most a warp,
-  // and every pointer is addressed in whole vectors (window only when K > 1).
-  auto shape_fits = [&](int vec) {
-    return dim_k % vec == 0 && value_dim % vec == 0 && dim_k / vec <= 32;
-  };
+  // Every pointer is addressed in whole vectors (window only when K > 1).
   auto fits = [&](int vec) {
     const uintptr_t bytes = uintptr_t(vec) * sizeof(bf16);
-    return shape_fits(vec) && aligned(x, bytes) && aligned(q, bytes) && aligned(k, bytes) &&
-           aligned(v, bytes) && (K == 1 || aligned(window, bytes));
+    return conv_shape_fits(dim_k, value_dim, vec) && aligned(x, bytes) && aligned(q, bytes) &&
+           aligned(k, bytes) && aligned(v, bytes) && (K == 1 || aligned(window, bytes));
   };
   const int vec = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : fits(1) ? 1 : 0;
   if (vec == 0)
-    return shape_fits(8) || shape_fits(4) || shape_fits(2) ? cudaErrorMisalignedAddress
-                                                           : cudaErrorInvalidValue;
+    return gdn_conv_shape_ok(dim_k, value_dim) ? cudaErrorMisalignedAddress : cudaErrorInvalidValue;
   Split sp;
   sp.C = int(C);
   sp.Kd = int(Kd);

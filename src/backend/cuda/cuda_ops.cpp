@@ -204,12 +204,11 @@ void CudaOps::gdn_conv(View x, View w, View window, View q, View k, View v, int 
   FLIDE_CHECK(K >= 1 && K <= 8, "cuda gdn_conv: kernel ", K, " (the kernel takes <= 8)");
   FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= n_slots_, "cuda gdn_conv: window [",
               window.rows, ", ", window.cols, "] slots ", n_slots_);
-  // A key head is reduced within one warp, kVec channels a lane (kernels/gdn.h).
-  FLIDE_CHECK(Dk <= 32 || (Dk <= 64 && Dk % 2 == 0 && Vd % 2 == 0) ||
-                  (Dk <= 128 && Dk % 4 == 0 && Vd % 4 == 0),
-              "cuda gdn_conv: key head dim ", Dk, " with value width ", Vd,
+  // A key head is reduced within one warp, several channels a lane (kernels/gdn.h).
+  FLIDE_CHECK(kernels::gdn_conv_shape_ok(dim_k, Vd), "cuda gdn_conv: key head dim ", Dk,
+              " with value width ", Vd,
               " (the kernel takes Dk <= 32, or <= 64 with Dk and Vd even, or <= 128 with both "
-              "multiples of 4)");
+              "multiples of 4, or <= 256 with both multiples of 8)");
   auto overlaps_x = [&](const View& out) {
     const bf16* b = static_cast<const bf16*>(out.data);
     const bf16* xb = static_cast<const bf16*>(x.data);
