@@ -38,6 +38,14 @@ struct View {
   View first_rows(int64_t n) const { return {data, n, cols, dtype}; }
 };
 
+// Whether two views share any byte (for ops that cannot run in place).
+inline bool overlaps(const View& a, const View& b) {
+  const char* pa = static_cast<const char*>(a.data);
+  const char* pb = static_cast<const char*>(b.data);
+  return pa < pb + b.size() * int64_t(dtype_size(b.dtype)) &&
+         pb < pa + a.size() * int64_t(dtype_size(a.dtype));
+}
+
 // Which stream rows a query-side tensor holds: every row, or only Stream::out_rows (the last
 // layer under selective readout).
 enum class Rows : uint8_t { Rows_all, Rows_out };

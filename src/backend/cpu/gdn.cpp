@@ -198,11 +198,7 @@ void CpuOps<T>::gdn_conv(View x, View w, View window, View q, View k, View v, in
   FLIDE_CHECK(K >= 1 && K <= kMaxConvKernel, "kernel ", K);
   FLIDE_CHECK(window.cols == (K - 1) * C && window.rows >= stream_.n_slots, "window [", window.rows,
               ", ", window.cols, "]");
-  auto overlaps_x = [&](const View& out) {
-    const T* b = ptr(out);
-    return b < ptr(x) + x.size() && ptr(x) < b + out.size();
-  };
-  FLIDE_CHECK(!overlaps_x(q) && !overlaps_x(k) && !overlaps_x(v),
+  FLIDE_CHECK(!overlaps(q, x) && !overlaps(k, x) && !overlaps(v, x),
               "q, k and v must not overlap x (the conv cannot run in place)");
   int32_t n_begin, n_end;
   level_range(level, &n_begin, &n_end);

@@ -209,12 +209,7 @@ void CudaOps::gdn_conv(View x, View w, View window, View q, View k, View v, int 
               " with value width ", Vd,
               " (the kernel takes Dk <= 32, or <= 64 with Dk and Vd even, or <= 128 with both "
               "multiples of 4, or <= 256 with both multiples of 8)");
-  auto overlaps_x = [&](const View& out) {
-    const bf16* b = static_cast<const bf16*>(out.data);
-    const bf16* xb = static_cast<const bf16*>(x.data);
-    return b < xb + x.size() && xb < b + out.size();
-  };
-  FLIDE_CHECK(!overlaps_x(q) && !overlaps_x(k) && !overlaps_x(v),
+  FLIDE_CHECK(!overlaps(q, x) && !overlaps(k, x) && !overlaps(v, x),
               "cuda gdn_conv: q, k and v must not overlap x (the conv cannot run in place)");
   const bf16* xp = as_bf16(x, "gdn_conv", "x");
   const bf16* wp = as_bf16(w, "gdn_conv", "w");
