@@ -24,10 +24,11 @@ repeats=${REPEATS:-2}
 reps=${REPS:-10}
 config=$root/.devcarry/configs/${SHAPE:-qwen3_5_0_8b}.json
 tests=${TESTS:-}
+name_of() { echo "$1" | tr '/.' '__'; }  # a tree root as a file-name part
 
 i=0
 for t in $trees; do
-  name=$(echo "$t" | tr '/.' '__')
+  name=$(name_of "$t")
   (
     cd "$t" || exit 1
     [[ -e .devcarry ]] || ln -sfn "$root/.devcarry" .devcarry
@@ -43,7 +44,7 @@ wait
 
 if [[ -n $tests ]]; then
   for t in $trees; do
-    name=$(echo "$t" | tr '/.' '__')
+    name=$(name_of "$t")
     "$t/build-gpu/tests/cuda/test_cuda" --gtest_filter="$tests" > "$out/test_$name.log" 2>&1
     echo "tests $t: $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/test_$name.log" | tr '\n' ' ')"
   done
