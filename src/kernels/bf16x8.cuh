@@ -1,6 +1,7 @@
 // Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu) and the
 // Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as one 16-byte access,
-// unpacked to fp32 for the arithmetic; lane-group sums.
+// unpacked to fp32 for the arithmetic; lane-group sums; the pointer-alignment test of their
+// launchers (and of the chunked delta rule's, gdn_chunk.cu).
 //
 // A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
 // pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's
@@ -20,8 +21,12 @@ namespace flide::kernels::detail {
 // inputs loop inside the kernel.
 constexpr int64_t kMaxBlocks = 4096;
 
+inline bool aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 inline bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  return aligned(p, 16);
 }
 
 inline int blocks_for(int64_t work, int64_t per_block) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/bf16x8.cuh"
 #include "kernels/gdn.h"
 #include "kernels/gdn_chunk.cuh"
 
@@ -37,15 +38,12 @@ WorkspaceLayout workspace_layout(int64_t T, int heads_v) {
   return l;
 }
 
-bool aligned(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 template <int DK, int DV>
 cudaError_t launch_gdn(GdnArgs a, void* workspace) {
   using D = gdn_detail::Dims<DK, DV>;
-  if (!aligned(a.q, D::kVecK * 2) || !aligned(a.k, D::kVecK * 2) || !aligned(a.v, D::kVecV * 2) ||
-      !aligned(a.out, 4) || !aligned(workspace, 16))
+  if (!detail::aligned(a.q, D::kVecK * 2) || !detail::aligned(a.k, D::kVecK * 2) ||
+      !detail::aligned(a.v, D::kVecV * 2) || !detail::aligned(a.out, 4) ||
+      !detail::aligned(workspace, 16))
     return cudaErrorMisalignedAddress;
   const WorkspaceLayout l = workspace_layout(a.meta.n_tokens, a.heads_v);
   unsigned char* base = static_cast<unsigned char*>(workspace);

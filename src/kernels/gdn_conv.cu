@@ -300,10 +300,6 @@ cudaError_t launch_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf1
   return cudaGetLastError();
 }
 
-bool aligned(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // A vector of `vec` channels may not straddle a head or the q | k | v boundaries, and a head
 // takes at most a warp.
 bool conv_shape_fits(int dim_k, int64_t value_dim, int vec) {
@@ -329,8 +325,9 @@ cudaError_t gdn_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf16* 
   // Every pointer is addressed in whole vectors (window only when K > 1).
   auto fits = [&](int vec) {
     const uintptr_t bytes = uintptr_t(vec) * sizeof(bf16);
-    return conv_shape_fits(dim_k, value_dim, vec) && aligned(x, bytes) && aligned(q, bytes) &&
-           aligned(k, bytes) && aligned(v, bytes) && (K == 1 || aligned(window, bytes));
+    return conv_shape_fits(dim_k, value_dim, vec) && detail::aligned(x, bytes) &&
+           detail::aligned(q, bytes) && detail::aligned(k, bytes) && detail::aligned(v, bytes) &&
+           (K == 1 || detail::aligned(window, bytes));
   };
   const int vec = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : fits(1) ? 1 : 0;
   if (vec == 0)
