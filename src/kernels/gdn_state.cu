@@ -301,7 +301,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc_v[nt][e] = round_tf32(acc_v[nt][e] * fj[i]);  // (v_new f)^T, the update's A
         }
 
-      // Phase C: S^T = exp(gamma_last) S^T + (v_new f)^T K.
+      // Phase C: S^T = exp(gamma_last) S^T + (v_new f)^T K; a leaf's final state is not kept.
+      if (ci + 1 == n_chunks && slot_out < 0) break;
       const float decay = __expf(gam_last);
 #pragma unroll
       for (int kt = 0; kt < kKT; ++kt)
