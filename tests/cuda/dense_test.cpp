@@ -6,6 +6,7 @@
 #include <random>
 #include <tuple>
 
+#include "backend/cuda/cuda_ops.h"
 #include "cuda_test_util.h"
 
 namespace flide::test {
@@ -148,6 +149,31 @@ INSTANTIATE_TEST_SUITE_P(
       return cat(s.M, "x", s.N, "x", s.K, "_",
                  std::get<1>(info.param) == DType::DType_f32 ? "f32" : "bf16");
     });
+
+// A server's rounds bring a new row count almost every time: the backend keeps the plans of
+// the most recent shapes only, and a shape whose plan it dropped is planned again, correctly.
+TEST_F(CudaDense, MatmulPlansStayBoundedAndReplanAfterEviction) {
+  Pair p;
+  auto* cuda = dynamic_cast<CudaOps*>(&p.gpu());
+  ASSERT_NE(cuda, nullptr);
+  std::mt19937 gen{std::random_device{}()};
+  const int64_t N = 24, K = 40, rows = int64_t(CudaOps::kGemmPlans) + 40;
+  auto x = p.put(rows, K, random_floats(gen, rows * K, -1, 1));
+  auto w = p.put(N, K, random_floats(gen, N * K, -1, 1));
+  auto first = [](const Pair::Buf& b, int64_t m) {
+    return Pair::Buf{b.gpu.first_rows(m), b.cpu.first_rows(m)};
+  };
+  auto out = p.poison(rows, N);
+  for (int64_t m = 1; m <= rows; ++m)
+    p.gpu().matmul(x.gpu.first_rows(m), w.gpu, out.gpu.first_rows(m));
+  EXPECT_EQ(cuda->gemm_plans_cached(), CudaOps::kGemmPlans);
+  for (int64_t m : {int64_t(1), int64_t(17), rows}) {  // the first two were evicted
+    auto o = p.poison(m, N);
+    p.both([&](Ops& ops, auto v) { ops.matmul(v(first(x, m)), v(w), v(o)); });
+    expect_rms("matmul -> bf16 (replanned)", p.got(o), p.ref(o), kTolBf16, cat("M ", m));
+  }
+  EXPECT_EQ(cuda->gemm_plans_cached(), CudaOps::kGemmPlans);
+}
 
 TEST_F(CudaDense, MatmulWithEmptyInnerDimensionIsZero) {
   Pair p;

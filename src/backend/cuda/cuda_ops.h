@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -118,6 +119,10 @@ class CudaOps final : public Ops {
     int64_t replayed = 0;
   };
   const GraphStats& graph_stats() const { return graph_stats_; }
+
+  // GEMM plans held now (gemm.cpp): at most kGemmPlans.
+  size_t gemm_plans_cached() const { return gemm_plans_.size(); }
+  static constexpr size_t kGemmPlans = 1024;
 
   // One line for the CLI: device name, SMs, memory, and what the backend holds.
   std::string describe() const;
@@ -247,10 +252,16 @@ class CudaOps final : public Ops {
   // (M, N, K, out dtype, alignment of x, w, out in bytes)
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int>;
   const GemmPlan& gemm_plan(const GemmKey& key);
+  static void destroy_plan(GemmPlan& plan) noexcept;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;  // the fallback's handle
   void* gemm_workspace_ = nullptr;
-  std::map<GemmKey, GemmPlan> gemm_plans_;
+  // The plans of the kGemmPlans most recently used shapes, most recent first: a server's rounds
+  // bring a new row count M almost every time, and without a bound their plans would pile up
+  // for as long as it runs.
+  using GemmPlans = std::list<std::pair<GemmKey, GemmPlan>>;
+  GemmPlans gemm_lru_;
+  std::map<GemmKey, GemmPlans::iterator> gemm_plans_;
 };
 
 }  // namespace flide

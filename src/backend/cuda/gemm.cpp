@@ -10,11 +10,12 @@
 // C = D = out stored [N, M] (ld N). No data is transposed.
 //
 // The descriptors, layouts and the heuristic's first algorithm are cached per (M, N, K, out
-// dtype, pointer alignments): the heuristic call costs tens of microseconds, and the forward
-// repeats a handful of shapes. The alignments are part of the key because cuBLASLt's heuristic
-// assumes 256-byte aligned pointers unless told otherwise. Where the heuristic offers nothing
-// (older cuBLASLt releases refused some degenerate shapes, e.g. a dimension of 1), the shape
-// runs through cublasGemmEx with the same operands and compute type.
+// dtype, pointer alignments), for the kGemmPlans most recently used keys: the heuristic call
+// costs tens of microseconds, and the forward repeats a handful of shapes a round. The alignments
+// are part of the key because cuBLASLt's heuristic assumes 256-byte aligned pointers unless told
+// otherwise. Where the heuristic offers nothing (older cuBLASLt releases refused some degenerate
+// shapes, e.g. a dimension of 1), the shape runs through cublasGemmEx with the same operands and
+// compute type.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -40,9 +41,20 @@ void lt_check(cublasStatus_t st, const char* what) {
 
 }  // namespace
 
+void CudaOps::destroy_plan(GemmPlan& p) noexcept {
+  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+  p = GemmPlan{};
+}
+
 const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
   const auto found = gemm_plans_.find(key);
-  if (found != gemm_plans_.end()) return found->second;
+  if (found != gemm_plans_.end()) {
+    gemm_lru_.splice(gemm_lru_.begin(), gemm_lru_, found->second);
+    return found->second->second;
+  }
   const auto [M, N, K, out_type, align_x, align_w, align_out] = key;
   const cudaDataType_t c_type = DType(out_type) == DType::DType_f32 ? CUDA_R_32F : CUDA_R_16BF;
   GemmPlan p;
@@ -98,13 +110,20 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
     }
   } catch (...) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
-    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
-    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
-    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    destroy_plan(p);
     throw;
   }
-  return gemm_plans_.emplace(key, p).first->second;
+  // cuBLASLt reads descriptors when a GEMM is enqueued, not when it runs (frameworks destroy
+  // theirs right after cublasLtMatmul returns), so an evicted plan's GEMMs may still be in
+  // flight, or in a captured graph.
+  if (gemm_lru_.size() >= kGemmPlans) {
+    gemm_plans_.erase(gemm_lru_.back().first);
+    destroy_plan(gemm_lru_.back().second);
+    gemm_lru_.pop_back();
+  }
+  gemm_lru_.emplace_front(key, p);
+  gemm_plans_.emplace(key, gemm_lru_.begin());
+  return gemm_lru_.front().second;
 }
 
 void CudaOps::matmul(View x, View w, View out) {

@@ -119,12 +119,8 @@ void CudaOps::release() noexcept {
   for (auto& [key, graph] : graphs_cache_)
     if (graph.exec) cudaGraphExecDestroy(graph.exec);
   graphs_cache_.clear();
-  for (auto& [key, plan] : gemm_plans_) {
-    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
-    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-    if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
-  }
+  for (auto& [key, plan] : gemm_lru_) destroy_plan(plan);
+  gemm_lru_.clear();
   gemm_plans_.clear();
   if (lt_) cublasLtDestroy(lt_);
   lt_ = nullptr;
