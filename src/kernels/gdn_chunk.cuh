@@ -40,10 +40,6 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 __device__ __forceinline__ float round_tf32(float x) {
   return __uint_as_float(to_tf32(x));
 }
-// bf16 has 8 significant bits: its fp32 widening is already a tf32 value.
-__device__ __forceinline__ uint32_t bf16_tf32(bf16 h) {
-  return uint32_t(__bfloat16_as_ushort(h)) << 16;
-}
 
 // d += a b
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -52,6 +48,13 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The A fragment of an accumulator tile (16x8), its 8 columns as k under the permuted order
+// (slot t <-> column 2t, slot t + 4 <-> 2t + 1): a = (c0, c2, c1, c3), rounded to tf32 unless it
+// already is. The B fragments it meets must read their k rows in the same order.
+__device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) {
+  a[0] = to_tf32(c[0]), a[1] = to_tf32(c[2]), a[2] = to_tf32(c[1]), a[3] = to_tf32(c[3]);
 }
 
 // A fragment of a row-major [m][k] fp32 tile already rounded to tf32 (p = &A[m0][k0]), in one
@@ -63,26 +66,6 @@ __device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, in
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                : "r"(s));
-}
-// A fragment of a row-major [m][k] bf16 tile; p = &A[m0][k0].
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* p, int ld, int g, int t) {
-  a[0] = bf16_tf32(p[g * ld + t]);
-  a[1] = bf16_tf32(p[(g + 8) * ld + t]);
-  a[2] = bf16_tf32(p[g * ld + t + 4]);
-  a[3] = bf16_tf32(p[(g + 8) * ld + t + 4]);
-}
-// A fragment of the transpose of a row-major [k][m] tile: A(m, k) = X[k][m]; p = &X[k0][m0].
-__device__ __forceinline__ void frag_a_t(uint32_t (&a)[4], const bf16* p, int ld, int g, int t) {
-  a[0] = bf16_tf32(p[t * ld + g]);
-  a[1] = bf16_tf32(p[t * ld + g + 8]);
-  a[2] = bf16_tf32(p[(t + 4) * ld + g]);
-  a[3] = bf16_tf32(p[(t + 4) * ld + g + 8]);
-}
-// B fragment of a row-major [k][n] fp32 tile already rounded to tf32; p = &B[k0][n0].
-__device__ __forceinline__ void frag_b_tf32(uint32_t (&b)[2], const float* p, int ld, int g,
-                                            int t) {
-  b[0] = __float_as_uint(p[t * ld + g]);
-  b[1] = __float_as_uint(p[(t + 4) * ld + g]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -102,11 +85,6 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-// Waits until at most kPending of this thread's most recent groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 template <int kBytes>
 __device__ __forceinline__ void zero_bytes(void* p) {

@@ -141,13 +141,6 @@ __device__ __forceinline__ void frag_b_pair_tf32(uint32_t (&b)[2], const float* 
   b[0] = __float_as_uint(p[2 * t * ld + g]);
   b[1] = __float_as_uint(p[(2 * t + 1) * ld + g]);
 }
-// A of an accumulator tile (16x8), its 8 columns as k.
-__device__ __forceinline__ void frag_a_acc(uint32_t (&a)[4], const float (&c)[4]) {
-  a[0] = to_tf32(c[0]);
-  a[1] = to_tf32(c[2]);
-  a[2] = to_tf32(c[1]);
-  a[3] = to_tf32(c[3]);
-}
 // An accumulator tile rounded to tf32 into a row-major tile, p = &X[m0][n0].
 __device__ __forceinline__ void store_acc_tf32(float* p, int ld, const float (&c)[4], int g,
                                                int t) {
@@ -180,7 +173,7 @@ __device__ __forceinline__ void inverse_block(float* Ts, const float* Ls, int r0
 #pragma unroll
   for (int kk = 0; kk < NT; ++kk) {
     uint32_t az[4];
-    frag_a_acc(az, z[kk]);
+    acc_as_a(az, z[kk]);
 #pragma unroll
     for (int nt = 0; nt <= kk; ++nt) {  // T_cc is zero above its diagonal
       uint32_t bt[2];

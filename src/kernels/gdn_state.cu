@@ -105,12 +105,6 @@ __device__ __forceinline__ void load_slab_tile(T* dst, const T* src, int64_t src
   }
 }
 
-// The A fragment of an accumulator tile under the permuted k (slot t <-> column 2t, slot t + 4
-// <-> 2t + 1): a = (c0, c2, c1, c3), rounded to tf32 unless it already is.
-__device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) {
-  a[0] = to_tf32(c[0]), a[1] = to_tf32(c[2]), a[2] = to_tf32(c[1]), a[3] = to_tf32(c[3]);
-}
-
 // acc[nt] += x[jt] L^T over the row tiles jt <= nt, for a lower-triangular fp32 [64][kLd] tile L
 // already rounded to tf32 (T, P): B(j, i) = L[i][j], the pair (2t, 2t + 1) in one 8-byte load.
 // x is a set of accumulator tiles used as A fragments (acc_as_a).
