@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
     const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
     if (have_next) load_stage(sKV + (stage ^ 1) * S::kStageElems, next);
     cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
-    cp_async_wait_all_but_newest();
+    cp_async_wait<1>();
     __syncthreads();  // block b's K and V (and Q) have landed for every thread
     const uint32_t k_addr = k_addr0 + stage * kStageBytes;
     const uint32_t v_addr = v_addr0 + stage * kStageBytes;

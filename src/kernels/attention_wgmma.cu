@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
     const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
     if (have_next) load_stage(sKV + (stage ^ 1) * kStageBytes, next);
     cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
-    cp_async_wait_all_but_newest();
+    cp_async_wait<1>();
     wgmma::fence_async_shared();
     __syncthreads();  // block b's K and V (and Q) have landed for every thread
     const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;

@@ -73,11 +73,14 @@ __device__ __forceinline__ float sigmoid_fast(float x) {
   return 1.f / (1.f + __expf(-x));
 }
 
-// Butterfly sum over aligned groups of `width` lanes (a power of two <= 32). Partners add the
-// same two values in swapped order, so every lane ends with the bitwise-same sum. All 32 lanes
-// of the warp must call it.
+// Butterfly sum over aligned groups of `width` lanes (a power of two <= 32), offsets from
+// width / 2 down to 1. Partners add the same two values in swapped order, so every lane ends with
+// the bitwise-same sum. All 32 lanes of the warp must call it. Unrolled over every offset a warp
+// has, each step predicated on the (uniform) width: no loop for a width known only at run time.
 __device__ __forceinline__ float group_sum_lanes(float s, int width) {
-  for (int off = width / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+    if (off < width) s += __shfl_xor_sync(0xffffffffu, s, off);
   return s;
 }
 

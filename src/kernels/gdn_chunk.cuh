@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cp_async.cuh"
 #include "kernels/tree_meta.h"
 
 namespace flide::kernels::gdn_detail {
@@ -71,21 +72,9 @@ __device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, in
 // ---------------------------------------------------------------------------------------------
 // Asynchronous tile copies
 
-template <int kBytes>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  if constexpr (kBytes == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(kBytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
+using detail::cp_async;
+using detail::cp_async_commit;
+using detail::cp_async_wait;
 template <int kBytes>
 __device__ __forceinline__ void zero_bytes(void* p) {
   if constexpr (kBytes == 16)

@@ -4,6 +4,10 @@
 // Memory-bound: every input row is read once and every output row written once, so the level's
 // rows are cut into flat tiles of kRows stream rows and a thread owns kVec (8: one 16-byte
 // access) adjacent channels of one tile, sliding the K-1 previous inputs through registers.
+// Its inputs come through a private ring in shared memory, copied asynchronously one run of kRun
+// rows ahead: loads issued from registers leave the thread waiting on each batch, and this
+// kernel's arithmetic (the SiLU, the norm's shuffles) is as long as its memory time, so the two
+// must overlap.
 //
 // Channels are handed to threads in units of kVec: q and k heads first, each head to an aligned
 // group of `group` lanes (dim_k / kVec rounded up to a power of two, at most a warp; lanes past
@@ -27,6 +31,7 @@
 #include <cstdint>
 
 #include "kernels/bf16x8.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/gdn.h"
 
 namespace flide::kernels {
@@ -37,7 +42,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kRows = 32;  // stream rows per tile
-constexpr int kAhead = 4;  // rows whose inputs a thread has in flight at once
+constexpr int kRun = 4;    // rows a thread computes between two waits for its copies
 constexpr int kMaxKernel = 8;
 constexpr int kBlocksPerSm = 16;  // grid cap (a few waves of 128-thread blocks per SM)
 
@@ -95,6 +100,26 @@ __device__ __forceinline__ Raw<kVec> zero_raw() {
   return r;
 }
 
+// The inverse of raw_at for values that are bf16 already (exact).
+template <int kVec>
+__device__ __forceinline__ Raw<kVec> to_raw(const float (&f)[kVec]) {
+  Raw<kVec> r = zero_raw<kVec>();
+#pragma unroll
+  for (int v = 0; v < kVec; ++v)
+    r.h[v / 2] |= uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(f[v]))) << (16 * (v % 2));
+  return r;
+}
+
+// Row input src into a thread's ring slot: asynchronously, except for single channels (cp.async
+// copies at least 4 bytes).
+template <int kVec>
+__device__ __forceinline__ void copy_row(Raw<kVec>* slot, const bf16* src) {
+  if constexpr (kVec >= 2)
+    detail::cp_async<kVec* int(sizeof(bf16))>(slot, src);
+  else
+    *slot = load_raw<kVec>(src);
+}
+
 // Element v widened to fp32 (exact).
 template <int kVec>
 __device__ __forceinline__ float raw_at(const Raw<kVec>& r, int v) {
@@ -135,8 +160,8 @@ struct Split {
 };
 
 // grid: min(tiles * unit blocks, cap), stride loop over (tile, unit block) items.
-// K <= 4 (every Qwen3.5 size): up to 128 registers; 512 threads per SM with kAhead 16-byte
-// loads each keep 32 KB in flight per SM, about what the HBM's latency-bandwidth product asks.
+// K <= 4 (every Qwen3.5 size): up to 128 registers; 512 threads per SM with a run of kRun
+// 16-byte copies each keep 32 KB in flight per SM, in shared memory rather than registers.
 template <int K, int kVec>
 __global__ void __launch_bounds__(kThreads, 4)
     gdn_conv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* window,
@@ -152,6 +177,9 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int ublocks = (sp.units + kThreads - 1) / kThreads;
   const int64_t C = sp.C, win_ld = int64_t(K - 1) * sp.C;
   const int lane = int(threadIdx.x) % 32;
+  // Slot [h][d][t] is thread t's alone (no barriers); a warp's 16-byte reads of one slot are
+  // contiguous.
+  __shared__ __align__(16) Raw<kVec> ring[2][kRun][kThreads];
 
   for (int item = blockIdx.x; item < tiles * ublocks; item += gridDim.x) {
     const int i = (item % ublocks) * kThreads + int(threadIdx.x);  // this thread's unit
@@ -200,53 +228,74 @@ __global__ void __launch_bounds__(kThreads, 4)
       r = off + u_tile_end;
       if (ub >= ue) continue;  // (only for u_first > 0: the tile-0 thread wrote the window)
 
-      // hist[j]: input of node row ub - (K-1) + j; before row 0 from slot_in (or zeros).
+      // hist[j]: input of node row ub - (K-1) + j, widened; before row 0 from slot_in (or 0).
       const int slot_in = meta.node_slot_in[n];
-      Raw<kVec> hist[kHist];
+      float hist[kHist][kVec];
 #pragma unroll
       for (int j = 0; j < K - 1; ++j) {
         const int u = ub - (K - 1) + j;
-        hist[j] = !live          ? zero_raw<kVec>()
-                  : u >= 0       ? load_raw<kVec>(x + (off + u) * C + c)
-                  : slot_in >= 0 ? load_raw<kVec>(window + slot_in * win_ld + (K - 1 + u) * C + c)
-                                 : zero_raw<kVec>();
+        const Raw<kVec> r = !live    ? zero_raw<kVec>()
+                            : u >= 0 ? load_raw<kVec>(x + (off + u) * C + c)
+                            : slot_in >= 0
+                                ? load_raw<kVec>(window + slot_in * win_ld + (K - 1 + u) * C + c)
+                                : zero_raw<kVec>();
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) hist[j][v] = raw_at(r, v);
       }
-      const bf16* xp = x + (off + ub) * C + c;
+      // One row: the conv over the history and xr, SiLU, the q/k head's norm; xr becomes history.
+      auto row = [&](const Raw<kVec>& xr, bf16* dst) {
+        float y[kVec], sum_sq = 0.f;
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) {
+          const float xv = raw_at(xr, v);
+          float acc = 0.f;  // same order as the CPU: oldest input first
+#pragma unroll
+          for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * hist[j][v];
+          acc += wt[K - 1][v] * xv;
+          // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the
+          // same way)
+          y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
+          sum_sq = fmaf(y[v], y[v], sum_sq);
+#pragma unroll
+          for (int j = 0; j + 1 < K - 1; ++j) hist[j][v] = hist[j + 1][v];
+          if constexpr (K > 1) hist[K - 2][v] = xv;
+        }
+        if (norm_warp) {
+          sum_sq = detail::group_sum_lanes(sum_sq, sp.group);
+          if (qk) {
+            const float s = rsqrtf(sum_sq + eps);
+#pragma unroll
+            for (int v = 0; v < kVec; ++v) y[v] *= s;
+          }
+        }
+        if (live) store_vec<kVec>(dst, y);
+      };
+      // Runs of kRun rows alternate between the ring's halves: a run's copies are issued (one
+      // commit group) before the previous run is waited for and computed. Between two waits the
+      // run's rows have no barrier, so their dependency chains (the SiLU's, the norm's shuffles)
+      // interleave; a wait per row would serialise them.
+      const bf16* next = x + (off + ub) * C + c;  // first row of the next run to copy
+      auto copy_run = [&](int half, int u_first) {
+#pragma unroll
+        for (int d = 0; d < kRun; ++d)
+          if (live && u_first + d < ue) copy_row<kVec>(&ring[half][d][threadIdx.x], next + d * C);
+        next += kRun * C;
+        detail::cp_async_commit();
+      };
+      copy_run(0, ub);
       bf16* op = out + int64_t(off + ub) * ld;
-      // kAhead rows' inputs are loaded before any of them is used: the loads are what this
-      // kernel waits on, and one row's load per thread leaves the memory system half idle.
-      for (int u0 = ub; u0 < ue; u0 += kAhead, xp += kAhead * C, op += kAhead * ld) {
-        Raw<kVec> xs[kAhead];
+      for (int u0 = ub, half = 0; u0 < ue; u0 += kRun, half ^= 1, op += kRun * ld) {
+        copy_run(half ^ 1, u0 + kRun);
+        detail::cp_async_wait<1>();
+        const Raw<kVec>* run = &ring[half][0][threadIdx.x];
+        auto slot = [&](int d) { return live ? run[d * kThreads] : zero_raw<kVec>(); };
+        if (u0 + kRun <= ue) {  // uniform: the walk depends only on the tile
 #pragma unroll
-        for (int a = 0; a < kAhead; ++a)
-          xs[a] = live && u0 + a < ue ? load_raw<kVec>(xp + a * C) : zero_raw<kVec>();
+          for (int d = 0; d < kRun; ++d) row(slot(d), op + d * ld);
+        } else {
 #pragma unroll
-        for (int a = 0; a < kAhead; ++a) {
-          if (u0 + a >= ue) break;  // uniform: the walk depends only on the tile
-          float y[kVec], sum_sq = 0.f;
-#pragma unroll
-          for (int v = 0; v < kVec; ++v) {
-            float acc = 0.f;  // same order as the CPU: oldest input first
-#pragma unroll
-            for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * raw_at(hist[j], v);
-            acc += wt[K - 1][v] * raw_at(xs[a], v);
-            // silu, rounded as a stored conv output would be (for v a no-op: the store rounds
-            // the same way)
-            y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
-            sum_sq = fmaf(y[v], y[v], sum_sq);
-          }
-          if (norm_warp) {
-            sum_sq = detail::group_sum_lanes(sum_sq, sp.group);
-            if (qk) {
-              const float s = rsqrtf(sum_sq + eps);
-#pragma unroll
-              for (int v = 0; v < kVec; ++v) y[v] *= s;
-            }
-          }
-          if (live) store_vec<kVec>(op + a * ld, y);
-#pragma unroll
-          for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
-          if constexpr (K > 1) hist[K - 2] = xs[a];
+          for (int d = 0; d + 1 < kRun; ++d)
+            if (u0 + d < ue) row(slot(d), op + d * ld);
         }
       }
 
@@ -258,9 +307,9 @@ __global__ void __launch_bounds__(kThreads, 4)
         bf16* wdst = window + slot_out * win_ld + c;
 #pragma unroll
         for (int j = 0; j < K - 1; ++j)
-          store_raw<kVec>(
-              wdst + j * C,
-              ue == len ? hist[j] : load_raw<kVec>(x + (off + len - (K - 1) + j) * C + c));
+          store_raw<kVec>(wdst + j * C,
+                          ue == len ? to_raw<kVec>(hist[j])
+                                    : load_raw<kVec>(x + (off + len - (K - 1) + j) * C + c));
       }
     }
   }

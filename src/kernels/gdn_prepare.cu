@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // gamma_i = gamma_{i-1} + g_i: lane l scans rows 2l, 2l + 1 (the pair sums by shuffles).
     // gam_s is free (every warp passed the previous item's last barrier).
-    cp_async_wait_all();
+    cp_async_wait<0>();
     if (warp == 0) {
       const float2 gg = *reinterpret_cast<const float2*>(raw + par * 2 * kChunk + 2 * lane);
       float incl = gg.x + gg.y;

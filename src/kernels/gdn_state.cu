@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int ci = 0; ci < n_chunks; ++ci) {
       const Stage st = stage(ci & 1);
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
-      cp_async_wait_all();
+      cp_async_wait<0>();
       __syncthreads();  // stage ci visible; chunk ci - 1 is done with the other stage and factors
       if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
       const float gam_last = st.gam[nrows - 1];

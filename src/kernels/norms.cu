@@ -13,6 +13,10 @@
 // once. Its sum is rounded to bf16 before it is squared, so it computes exactly what the
 // elementwise add (one fp32 sum, one rounding) followed by rmsnorm computes, bit for bit.
 //
+// Operands other than the row itself that only the epilogue needs (gated_rmsnorm's z) are read
+// with the row, before the reduction: read after it, they would make every row wait on memory
+// twice.
+//
 // Numerics: fp32 throughout, one rounding to bf16 at the store. gated_rmsnorm keeps the
 // normalised value in fp32 before multiplying by w, where HF rounds it to bf16 first (spec
 // §4 step 8); the difference is below one bf16 ulp of the output. rsqrtf is the hardware
@@ -32,7 +36,10 @@ using detail::store8;
 // chunks plus the gated epilogue's operands without spilling; V = 2 still covers H = 5120.
 constexpr int kMaxGroup = 512;
 
+struct NoSide {};
+
 struct RmsNormOp {
+  using Side = NoSide;
   const bf16* x;  // [rows, dim]
   const bf16* w;  // [dim]
   bf16* out;      // [rows, dim], may be x
@@ -43,11 +50,12 @@ struct RmsNormOp {
   __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
     load8(in_row(r, dim) + e, dim - e, vec, v);
   }
+  __device__ void load_side(int64_t, int64_t, int64_t, bool, Side&) const {}
   __device__ float scale(float sum_sq, int64_t dim) const {
     return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
   }
   __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
-                         float s) const {
+                         const Side&, float s) const {
     float wv[8], y[8];
     load8(w + e, dim - e, vec, wv);
 #pragma unroll
@@ -60,6 +68,7 @@ struct RmsNormOp {
 // the chunk continues as those bf16 values, so the re-read of a chunk beyond the register cache
 // (through in_row) sees the same numbers.
 struct AddRmsNormOp {
+  using Side = NoSide;
   bf16* x;            // [rows, dim], the residual, updated in place
   const bf16* delta;  // [rows, dim]
   RmsNormOp norm;     // norm.x == x; norm.out must not overlap x
@@ -73,16 +82,20 @@ struct AddRmsNormOp {
     for (int k = 0; k < 8; ++k) v[k] = __bfloat162float(__float2bfloat16_rn(v[k] + d[k]));
     store8(x + r * dim + e, dim - e, vec, v);  // bf16-exact values: stored unchanged
   }
+  __device__ void load_side(int64_t, int64_t, int64_t, bool, Side&) const {}
   __device__ float scale(float sum_sq, int64_t dim) const {
     return norm.scale(sum_sq, dim);
   }
   __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
-                         float s) const {
-    norm.finish(r, dim, e, vec, v, s);
+                         const Side& side, float s) const {
+    norm.finish(r, dim, e, vec, v, side, s);
   }
 };
 
 struct GatedRmsNormOp {
+  struct Side {
+    float z[8];
+  };
   const bf16* o;  // [rows, dim]
   const bf16* z;  // [rows, dim]
   const bf16* w;  // [dim]
@@ -93,16 +106,21 @@ struct GatedRmsNormOp {
   __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
     load8(in_row(r, dim) + e, dim - e, vec, v);
   }
+  __device__ void load_side(int64_t r, int64_t dim, int64_t e, bool vec, Side& side) const {
+    load8(z + r * dim + e, dim - e, vec, side.z);
+  }
   __device__ float scale(float sum_sq, int64_t dim) const {
     return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
   }
   __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
-                         float s) const {
-    float zv[8], wv[8], y[8];
-    load8(z + r * dim + e, dim - e, vec, zv);
+                         const Side& side, float s) const {
+    float wv[8], y[8];
     load8(w + e, dim - e, vec, wv);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) y[k] = wv[k] * (v[k] * s) * (zv[k] * detail::sigmoid_fast(zv[k]));
+    for (int k = 0; k < 8; ++k) {
+      const float zk = side.z[k];
+      y[k] = wv[k] * (v[k] * s) * (zk * detail::sigmoid_fast(zk));
+    }
     store8(out + r * dim + e, dim - e, vec, y);
   }
 };
@@ -110,9 +128,9 @@ struct GatedRmsNormOp {
 // A row belongs to `group` consecutive threads: group <= 32 packs blockDim / group rows into a
 // block; group == blockDim (a multiple of 32, at most kMaxGroup) gives each block one row. Each
 // thread reads every chunk it owns once through op.load and keeps its first V chunks in
-// registers; chunks beyond V * group (dim > 8192) are read again from memory (op.in_row) for the
-// store, by the same thread, so out == x stays safe.
-template <class Op, int V>
+// registers; chunks beyond V * group (dim > 8192, only with kLong: a group of a whole block) are
+// read again from memory (op.in_row) for the store, by the same thread, so out == x stays safe.
+template <class Op, int V, bool kLong>
 __global__ void __launch_bounds__(kMaxGroup)
     norm_rows_kernel(Op op, int64_t rows, int64_t dim, int group, bool vec) {
   __shared__ float warp_sums[32];
@@ -126,17 +144,19 @@ __global__ void __launch_bounds__(kMaxGroup)
     const bool live = r < rows;
 
     float cache[V][8];
+    typename Op::Side side[V];
     float sum_sq = 0.f;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = lane + int64_t(v) * group;
       if (live && c < n_chunks) {
         op.load(r, dim, 8 * c, vec, cache[v]);
+        op.load_side(r, dim, 8 * c, vec, side[v]);
 #pragma unroll
         for (int k = 0; k < 8; ++k) sum_sq = fmaf(cache[v][k], cache[v][k], sum_sq);
       }
     }
-    for (int64_t c = lane + int64_t(V) * group; live && c < n_chunks; c += group) {
+    for (int64_t c = lane + int64_t(V) * group; kLong && live && c < n_chunks; c += group) {
       float t[8];
       op.load(r, dim, 8 * c, vec, t);
 #pragma unroll
@@ -159,12 +179,14 @@ __global__ void __launch_bounds__(kMaxGroup)
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = lane + int64_t(v) * group;
-      if (c < n_chunks) op.finish(r, dim, 8 * c, vec, cache[v], s);
+      if (c < n_chunks) op.finish(r, dim, 8 * c, vec, cache[v], side[v], s);
     }
-    for (int64_t c = lane + int64_t(V) * group; c < n_chunks; c += group) {
+    for (int64_t c = lane + int64_t(V) * group; kLong && c < n_chunks; c += group) {
       float t[8];
+      typename Op::Side sd;
       load8(in + 8 * c, dim - 8 * c, vec, t);
-      op.finish(r, dim, 8 * c, vec, t, s);
+      op.load_side(r, dim, 8 * c, vec, sd);
+      op.finish(r, dim, 8 * c, vec, t, sd, s);
     }
   }
 }
@@ -180,16 +202,18 @@ cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaS
     int group = 1;
     while (group < n_chunks) group *= 2;
     constexpr int threads = 256;
-    norm_rows_kernel<Op, 1><<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(
-        op, rows, dim, group, vec);
+    norm_rows_kernel<Op, 1, false>
+        <<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(op, rows, dim, group,
+                                                                            vec);
   } else if (n_chunks <= 64) {
     constexpr int threads = 256, group = 32;
-    norm_rows_kernel<Op, 2><<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(
-        op, rows, dim, group, vec);
+    norm_rows_kernel<Op, 2, false>
+        <<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(op, rows, dim, group,
+                                                                            vec);
   } else {
     const int64_t per_thread2 = (n_chunks + 1) / 2;
     const int group = int(std::min<int64_t>(kMaxGroup, (per_thread2 + 31) / 32 * 32));
-    norm_rows_kernel<Op, 2>
+    norm_rows_kernel<Op, 2, true>
         <<<detail::blocks_for(rows, 1), group, 0, stream>>>(op, rows, dim, group, vec);
   }
   return cudaGetLastError();
