@@ -51,10 +51,7 @@ cudaError_t launch_gdn(GdnArgs a, void* workspace) {
       Workspace{reinterpret_cast<float*>(base + l.T), reinterpret_cast<float*>(base + l.P),
                 reinterpret_cast<float*>(base + l.gam), reinterpret_cast<int2*>(base + l.chunks)};
   a.scale = float(1.0 / std::sqrt(double(DK)));
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&a.sms, cudaDevAttrMultiProcessorCount, device);
+  cudaError_t err = detail::multiprocessors(a.sms);
   if (err == cudaSuccess) err = gdn_detail::launch_plan(a);
   if (err == cudaSuccess) err = gdn_detail::launch_prepare<DK, DV>(a);
   if (err == cudaSuccess) err = gdn_detail::launch_state<DK, DV>(a);

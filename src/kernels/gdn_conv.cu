@@ -100,16 +100,6 @@ __device__ __forceinline__ Raw<kVec> zero_raw() {
   return r;
 }
 
-// The inverse of raw_at for values that are bf16 already (exact).
-template <int kVec>
-__device__ __forceinline__ Raw<kVec> to_raw(const float (&f)[kVec]) {
-  Raw<kVec> r = zero_raw<kVec>();
-#pragma unroll
-  for (int v = 0; v < kVec; ++v)
-    r.h[v / 2] |= uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(f[v]))) << (16 * (v % 2));
-  return r;
-}
-
 // Row input src into a thread's ring slot: asynchronously, except for single channels (cp.async
 // copies at least 4 bytes).
 template <int kVec>
@@ -306,10 +296,12 @@ __global__ void __launch_bounds__(kThreads, 4)
       if (live && u_first == 0 && slot_out >= 0 && K > 1) {
         bf16* wdst = window + slot_out * win_ld + c;
 #pragma unroll
-        for (int j = 0; j < K - 1; ++j)
-          store_raw<kVec>(wdst + j * C,
-                          ue == len ? to_raw<kVec>(hist[j])
-                                    : load_raw<kVec>(x + (off + len - (K - 1) + j) * C + c));
+        for (int j = 0; j < K - 1; ++j) {
+          if (ue == len)  // bf16 values widened: the store's rounding gives back their bits
+            store_vec<kVec>(wdst + j * C, hist[j]);
+          else
+            store_raw<kVec>(wdst + j * C, load_raw<kVec>(x + (off + len - (K - 1) + j) * C + c));
+        }
       }
     }
   }
@@ -319,11 +311,8 @@ template <int K>
 cudaError_t launch_conv(const bf16* x, const bf16* w, bf16* window, bf16* q, bf16* k, bf16* v,
                         const Split& sp, int vec, float eps, int level, const TreeMeta& meta,
                         cudaStream_t stream) {
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
+  int sms = 0;
+  if (const cudaError_t err = detail::multiprocessors(sms); err != cudaSuccess) return err;
   const int64_t ublocks = (int64_t(sp.units) + kThreads - 1) / kThreads;
   const int64_t tiles = (int64_t(meta.n_tokens) + kRows - 1) / kRows;
   const int blocks =
