@@ -59,7 +59,7 @@ void CpuOps<T>::add_rmsnorm(View x, View delta, View w, View out, double eps, bo
                   out.rows == x.rows && out.cols == x.cols,
               "x [", x.rows, ", ", x.cols, "] delta [", delta.rows, ", ", delta.cols, "] w ",
               w.size(), " out [", out.rows, ", ", out.cols, "]");
-  FLIDE_CHECK(out.data != x.data || x.size() == 0, "add_rmsnorm: out must not be x");
+  FLIDE_CHECK(!overlaps(out, x), "add_rmsnorm: out must not overlap x");
   const int64_t C = x.cols;
 #pragma omp parallel for num_threads(threads_)
   for (int64_t r = 0; r < x.rows; ++r) {

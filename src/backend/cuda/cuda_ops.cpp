@@ -83,7 +83,7 @@ void CudaOps::add_rmsnorm(View x, View delta, View w, View out, double eps, bool
                   out.rows == x.rows && out.cols == x.cols,
               "cuda add_rmsnorm: x [", x.rows, ", ", x.cols, "] delta [", delta.rows, ", ",
               delta.cols, "] w ", w.size(), " out [", out.rows, ", ", out.cols, "]");
-  FLIDE_CHECK(out.data != x.data || x.size() == 0, "cuda add_rmsnorm: out must not be x");
+  FLIDE_CHECK(!overlaps(out, x), "cuda add_rmsnorm: out must not overlap x");
   bf16* xp = as_bf16(x, "add_rmsnorm", "x");
   const bf16* dp = as_bf16(delta, "add_rmsnorm", "delta");
   const bf16* wp = as_bf16(w, "add_rmsnorm", "w");
