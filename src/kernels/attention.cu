@@ -117,18 +117,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   __syncthreads();
 
   load_q_rows<HD>(p, rows, tid, [&](int m, int c) { return smem_u32(sQ + m * S::kStride + c); });
-  // Stage [K, V][kN][kStride] at `stage`.
-  auto load_stage = [&](bf16* stage, const KeyBlock& b) {
-    load_kv_rows<HD>(
-        p, kvh, b, tid, [&](int row, int c) { return smem_u32(stage + row * S::kStride + c); },
-        kN * S::kStride * sizeof(bf16));
-  };
-  Cursor cur = path_cursor(p, parent);
-  KeyBlock blk;
-  bool have = next_block(cur, p, rows.lo, rows.hi, blk);
-  if (have) load_stage(sKV, blk);
-  cp_async_commit();  // Q and stage 0
-
   const int warp = tid / 32, lane = tid % 32;
   const int quad_t = lane & 3;
   RowPair rp(rows, warp, lane);
@@ -145,16 +133,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
 #pragma unroll
   for (int dn = 0; dn < kDimTiles; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
 
-  // Two K/V stages: block b computes from stage b & 1 while block b + 1 loads into the other.
-  int stage = 0;
-  while (have) {
-    __syncthreads();  // every warp is done with the other stage (block b - 1)
-    KeyBlock next;
-    const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
-    if (have_next) load_stage(sKV + (stage ^ 1) * S::kStageElems, next);
-    cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
-    cp_async_wait<1>();
-    __syncthreads();  // block b's K and V (and Q) have landed for every thread
+  // A stage is [K, V][kN][kStride].
+  auto load_stage = [&](int stage, const KeyBlock& b) {
+    bf16* at = sKV + stage * S::kStageElems;
+    load_kv_rows<HD>(
+        p, kvh, b, tid, [&](int row, int c) { return smem_u32(at + row * S::kStride + c); },
+        kN * S::kStride * sizeof(bf16));
+  };
+  auto products = [&](int stage, const KeyBlock& blk) {
     const uint32_t k_addr = k_addr0 + stage * kStageBytes;
     const uint32_t v_addr = v_addr0 + stage * kStageBytes;
 
@@ -189,10 +175,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
         mma_bf16(o[2 * dp + 1], a, bv[2], bv[3]);
       }
     }
-    stage ^= 1;
-    blk = next;
-    have = have_next;
-  }
+  };
+  walk_key_blocks(
+      p, parent, rows.lo, rows.hi, load_stage, [] {}, products);
   store_rows<HD>(o, rp, rows, p, quad_t);
 }
 

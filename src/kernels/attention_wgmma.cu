@@ -40,18 +40,6 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
   __syncthreads();
   const int tid = int(threadIdx.x);
   load_q_rows<kHd>(p, rows, tid, [&](int m, int c) { return wgmma::swizzled(sQ, kM, m, c); });
-  // Stage: K then V, each [kN keys][kHd] swizzled.
-  auto load_stage = [&](uint32_t stage, const KeyBlock& b) {
-    load_kv_rows<kHd>(
-        p, kvh, b, tid, [&](int row, int c) { return wgmma::swizzled(stage, kN, row, c); },
-        kKVBytes);
-  };
-  Cursor cur = path_cursor(p, parent);
-  KeyBlock blk;
-  bool have = next_block(cur, p, rows.lo, rows.hi, blk);
-  if (have) load_stage(sKV, blk);
-  cp_async_commit();  // Q and stage 0
-
   const int warp = tid / 32, lane = tid % 32, quad_t = lane & 3;
   RowPair rp(rows, warp, lane);
   const uint32_t q_rows = sQ + uint32_t(warp / 4) * 64 * 128;  // the warpgroup's 64 rows
@@ -60,16 +48,13 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
 #pragma unroll
   for (int dn = 0; dn < kHd / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
 
-  int stage = 0;
-  while (have) {
-    __syncthreads();  // every warp is done with the other stage (block b - 1)
-    KeyBlock next;
-    const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
-    if (have_next) load_stage(sKV + (stage ^ 1) * kStageBytes, next);
-    cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
-    cp_async_wait<1>();
-    wgmma::fence_async_shared();
-    __syncthreads();  // block b's K and V (and Q) have landed for every thread
+  // A stage: K then V, each [kN keys][kHd] swizzled.
+  auto load_stage = [&](int stage, const KeyBlock& b) {
+    const uint32_t at = sKV + stage * kStageBytes;
+    load_kv_rows<kHd>(
+        p, kvh, b, tid, [&](int row, int c) { return wgmma::swizzled(at, kN, row, c); }, kKVBytes);
+  };
+  auto products = [&](int stage, const KeyBlock& blk) {
     const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;
 
     // S = Q K^T: 16 k-steps of the head dim, 4 per 64-column chunk.
@@ -102,10 +87,8 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
                          wgmma::descriptor(sV + c * kKVChunk + ks * 16 * 128, kKVChunk, 1024));
     wgmma::commit();
     wgmma::wait<0>();
-    stage ^= 1;
-    blk = next;
-    have = have_next;
-  }
+  };
+  walk_key_blocks(p, parent, rows.lo, rows.hi, load_stage, wgmma::fence_async_shared, products);
   store_rows<kHd>(o, rp, rows, p, quad_t);
 }
 
