@@ -65,7 +65,7 @@ size_t gdn_workspace_bytes(int64_t T, int heads_v);
 
 // q, k [T, Hk*Dk] bf16 (L2-normed; q is scaled by Dk^-1/2 inside), v [T, Hv*Dv] bf16,
 // g, beta [T, Hv] fp32, state [slots, Hv*Dk*Dv] fp32 (per head S[Dk][Dv]), out [T, Hv*Dv] bf16.
-// workspace: gdn_workspace_bytes(T, heads_v, dim_k, dim_v) bytes, 256-byte aligned.
+// workspace: gdn_workspace_bytes(T, heads_v) bytes, 256-byte aligned.
 // Value head j reads key head j / (Hv / Hk). Math: spec qwen3_5.md §4.1, identical to the CPU
 // reference's chunked form up to fp32/tf32/bf16 rounding. Dk and Dv each in {8, 12, 16, 24} or
 // both 128 (else cudaErrorInvalidValue); q, k, v 16-byte aligned (8 when the head dim is not a

@@ -58,23 +58,13 @@ __device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) 
   a[0] = to_tf32(c[0]), a[1] = to_tf32(c[2]), a[2] = to_tf32(c[1]), a[3] = to_tf32(c[3]);
 }
 
-// A fragment of a row-major [m][k] fp32 tile already rounded to tf32 (p = &A[m0][k0]), in one
-// ldmatrix: its four 8x8 b16 matrices are 8 rows x 4 words, and ldmatrix hands lane 4 g + t word
-// t of row g, the tf32 A layout. p must be 16-byte aligned and ld a multiple of 4.
-__device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, int ld, int lane) {
-  const float* row = p + ((lane >> 3) & 1) * 8 * ld + (lane & 7) * ld + (lane >> 4) * 4;
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(s));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Asynchronous tile copies
 
 using detail::cp_async;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
+using detail::smem_u32;
 template <int kBytes>
 __device__ __forceinline__ void zero_bytes(void* p) {
   if constexpr (kBytes == 16)

@@ -55,8 +55,8 @@ __device__ __forceinline__ T greater(T a, T b) {
   return a < b ? b : a;
 }
 
-// kVec raw bf16 values, two to a 32-bit word: conv inputs and window entries are only ever
-// copied or widened exactly, and packed they take half the registers of fp32.
+// kVec raw bf16 values, two to a 32-bit word: a ring slot, a loaded history row or a window
+// entry, only ever copied or widened exactly.
 template <int kVec>
 struct Raw {
   uint32_t h[(kVec + 1) / 2];
@@ -125,8 +125,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 template <int kVec>
 __device__ __forceinline__ void store_vec(bf16* p, const float (&f)[kVec]) {
   if constexpr (kVec == 8) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
-                                              pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+    detail::store8(p, 8, true, f);
   } else if constexpr (kVec == 4) {
     *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]));
   } else if constexpr (kVec == 2) {
@@ -150,8 +149,8 @@ struct Split {
 };
 
 // grid: min(tiles * unit blocks, cap), stride loop over (tile, unit block) items.
-// K <= 4 (every Qwen3.5 size): up to 128 registers; 512 threads per SM with a run of kRun
-// 16-byte copies each keep 32 KB in flight per SM, in shared memory rather than registers.
+// Up to 128 registers; 512 threads per SM with a run of kRun 16-byte copies each keep 32 KB in
+// flight per SM, in shared memory rather than registers.
 template <int K, int kVec>
 __global__ void __launch_bounds__(kThreads, 4)
     gdn_conv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* window,
@@ -224,13 +223,13 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
       for (int j = 0; j < K - 1; ++j) {
         const int u = ub - (K - 1) + j;
-        const Raw<kVec> r = !live    ? zero_raw<kVec>()
-                            : u >= 0 ? load_raw<kVec>(x + (off + u) * C + c)
-                            : slot_in >= 0
-                                ? load_raw<kVec>(window + slot_in * win_ld + (K - 1 + u) * C + c)
-                                : zero_raw<kVec>();
+        const Raw<kVec> in = !live    ? zero_raw<kVec>()
+                             : u >= 0 ? load_raw<kVec>(x + (off + u) * C + c)
+                             : slot_in >= 0
+                                 ? load_raw<kVec>(window + slot_in * win_ld + (K - 1 + u) * C + c)
+                                 : zero_raw<kVec>();
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) hist[j][v] = raw_at(r, v);
+        for (int v = 0; v < kVec; ++v) hist[j][v] = raw_at(in, v);
       }
       // One row: the conv over the history and xr, SiLU, the q/k head's norm; xr becomes history.
       auto row = [&](const Raw<kVec>& xr, bf16* dst) {
@@ -265,10 +264,10 @@ __global__ void __launch_bounds__(kThreads, 4)
       // run's rows have no barrier, so their dependency chains (the SiLU's, the norm's shuffles)
       // interleave; a wait per row would serialise them.
       const bf16* next = x + (off + ub) * C + c;  // first row of the next run to copy
-      auto copy_run = [&](int half, int u_first) {
+      auto copy_run = [&](int half, int u) {      // rows u, u + 1, ... of the node
 #pragma unroll
         for (int d = 0; d < kRun; ++d)
-          if (live && u_first + d < ue) copy_row<kVec>(&ring[half][d][threadIdx.x], next + d * C);
+          if (live && u + d < ue) copy_row<kVec>(&ring[half][d][threadIdx.x], next + d * C);
         next += kRun * C;
         detail::cp_async_commit();
       };

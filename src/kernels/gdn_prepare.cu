@@ -97,18 +97,21 @@ __global__ void __launch_bounds__(kPlanThreads)
 // ---------------------------------------------------------------------------------------------
 // Prepare helpers
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_u32(p)));
 }
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr(p)));
+               : "r"(smem_u32(p)));
+}
+// A fragment of a row-major [m][k] fp32 tile already rounded to tf32 (p = &A[m0][k0]), in one
+// ldmatrix: its four 8x8 b16 matrices are 8 rows x 4 words, and ldmatrix hands lane 4 g + t word
+// t of row g, the tf32 A layout. p must be 16-byte aligned and ld a multiple of 4.
+__device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, int ld, int lane) {
+  ldsm_x4(a, p + ((lane >> 3) & 1) * 8 * ld + (lane & 7) * ld + (lane >> 4) * 4);
 }
 // d += a b, bf16 m16n8k16: A (16x16) rows g, g + 8 with k pairs (2t, 2t+1), (2t+8, 2t+9); B the
 // same k pairs of column g; C as in the tf32 form.

@@ -72,7 +72,7 @@ template <int N>
 __device__ __forceinline__ void frags_k(uint32_t (&b)[N][2], const bf16* p, int ld, int lane) {
   static_assert(N == 1 || N == 2 || N == 4, "ldmatrix groups of 1, 2 or 4 matrices");
   const bf16* row = p + (lane & 7) * ld + ((lane >> 3) % N) * 8;
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  const uint32_t s = smem_u32(row);
   uint32_t r[4];
   if constexpr (N == 4)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (i < nrows && v < vcols)
             out[(off + c0 + i) * out_ld + int64_t(head) * DV + v0 + v] =
                 __float2bfloat16_rn(acc_o[nt][e]);
-          acc_v[nt][e] = round_tf32(acc_v[nt][e] * fj[i]);  // (v_new f)^T, the update's A
+          acc_v[nt][e] *= fj[i];  // (v_new f)^T, the update's A
         }
 
       // Phase C: S^T = exp(gamma_last) S^T + (v_new f)^T K; a leaf's final state is not kept.
@@ -304,8 +304,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 4; ++e) sacc[kt][e] *= decay;
 #pragma unroll
       for (int jt = 0; jt < kRowTiles; ++jt) {
-        const uint32_t a[4] = {__float_as_uint(acc_v[jt][0]), __float_as_uint(acc_v[jt][2]),
-                               __float_as_uint(acc_v[jt][1]), __float_as_uint(acc_v[jt][3])};
+        uint32_t a[4];
+        acc_as_a(a, acc_v[jt]);
 #pragma unroll
         for (int kt = 0; kt < kKT; kt += kKGroup) {
           uint32_t b[kKGroup][2];
