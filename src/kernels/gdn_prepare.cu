@@ -97,11 +97,6 @@ __global__ void __launch_bounds__(kPlanThreads)
 // ---------------------------------------------------------------------------------------------
 // Prepare helpers
 
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
@@ -112,16 +107,6 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
 // t of row g, the tf32 A layout. p must be 16-byte aligned and ld a multiple of 4.
 __device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, int ld, int lane) {
   ldsm_x4(a, p + ((lane >> 3) & 1) * 8 * ld + (lane & 7) * ld + (lane >> 4) * 4);
-}
-// d += a b, bf16 m16n8k16: A (16x16) rows g, g + 8 with k pairs (2t, 2t+1), (2t+8, 2t+9); B the
-// same k pairs of column g; C as in the tf32 form.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // Named barriers among some warps (0 is __syncthreads).

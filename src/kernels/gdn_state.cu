@@ -10,19 +10,26 @@
 // moves 64 instead of 2 (Dk + Dv) fp32 values per chunk row, and this kernel is bound by what it
 // reads; the extra product (Y^T T^T, triangular) is a fifth of the chunk's tensor-core work.
 // Why transposed: the state is then the A operand of both products with S, and Y^T and v_new^T
-// the A operands of the others, and an m16n8 accumulator is an m16n8k8 tf32 A fragment as it
-// stands once the k index is permuted (k slot t <-> column 2t, slot t + 4 <-> 2t + 1; the B
-// fragments read rows in the same order). So neither the state nor v_new ever goes through
-// shared or global memory, the warps share nothing but the staged inputs (two barriers per
-// chunk: the stage landed; the gate factors landed), and each chunk's T, P, q, K and V are
-// staged once per block for up to 8 slabs. Both products with the entering state (S^T K^T and
-// S^T q^T) share its A fragments before the second barrier, so the chunk's only waits after it
-// are on its own products.
+// the A operands of the others, and an accumulator tile is an A fragment as it stands: two n8
+// tiles side by side are an m16n8k16 bf16 A (pairs 2t, 2t+1), one tile is an m16n8k8 tf32 A
+// once its k index is permuted (slot t <-> column 2t, slot t + 4 <-> 2t + 1; its B fragments
+// read rows in the same order). So neither the state nor v_new ever goes through shared or
+// global memory, the warps share nothing but the staged inputs (two barriers per chunk: the
+// stage landed; the gate factors landed), and each chunk's T, P, q, K and V are staged once per
+// block for up to 8 slabs. Both products with the entering state (S^T K^T and S^T q^T) share
+// its A fragments before the second barrier, so the chunk's only waits after it are on its own
+// products.
+//
+// Precision: the products with bf16 operands (K, q) run as bf16 m16n8k16 with the fp32 operand
+// (S^T, (v_new f)^T) split into a high and a low bf16 part (split_bf16_a: 16 significant bits,
+// products exact, fp32 sums); those with fp32 operands on both sides (T, P) run in tf32. The
+// split costs two bf16 products where tf32 took one of the same tensor-core time, and spares
+// the bf16 -> tf32 unpacking of every K and q fragment and most tf32 roundings.
 //
 // B fragments: T^T and P^T from fp32 [row][col] tiles (one 8-byte load: columns 2t, 2t + 1),
-// q^T and K^T from bf16 q and K (one 4-byte load of the bf16 pair), K from bf16 K [row][key] by
-// ldmatrix.trans (rows 2t and 2t + 1 of one key column in one register). Row paddings make all
-// of them free of bank conflicts for Dk = Dv = 128.
+// K^T and q^T by ldmatrix from bf16 [row][key] (a row's key pair in one register), K by
+// ldmatrix.trans (one key's row pair). Row paddings make all of them free of bank conflicts
+// for Dk = Dv = 128.
 //
 // Chunk rows past a node's end are zeros in shared memory (T, P, q, k, V, gamma, beta) and
 // f = b = 0 there: they change neither the real rows' outputs nor the state, and they are never
@@ -41,7 +48,7 @@ struct StateCfg : Dims<DK, DV> {
   static_assert(kSlabs <= kWarps && (kSlabs & (kSlabs - 1)) == 0,
                 "a head's slabs fit one block and halve evenly");
   static constexpr int kUcols = kSlabs * kSlab;   // value columns staged per block, at most
-  static constexpr int kKeyTiles = (DK + 7) / 8;  // n8 tiles of S^T's key columns
+  static constexpr int kKeyTiles = D::kKp / 8;  // n8 tiles of S^T's key columns (even)
   static constexpr int kLdT = kChunk + 8;         // fp32 T, P: 8 mod 32 words (8-byte loads)
   static constexpr int kLdH = D::kLdH;            // bf16 q, K: 4 mod 32 words
   static constexpr int kLdV = kUcols + 8;         // bf16 V, the block's columns: 4 mod 32 words
@@ -64,31 +71,6 @@ struct StateCfg : Dims<DK, DV> {
                 "16-byte aligned regions for cp.async and ldmatrix");
   static_assert(kBytes <= 227 * 1024, "shared memory");
 };
-
-// B fragment (k8 step at chunk row r0, key tile at column n0) of B(j, key) = K[j][key], for
-// `n` consecutive key tiles: ldmatrix.trans hands lane 4 g + t the bf16 pair (K[r0 + 2t][n0 + g],
-// K[r0 + 2t + 1][n0 + g]). p = &K[r0][n0].
-template <int N>
-__device__ __forceinline__ void frags_k(uint32_t (&b)[N][2], const bf16* p, int ld, int lane) {
-  static_assert(N == 1 || N == 2 || N == 4, "ldmatrix groups of 1, 2 or 4 matrices");
-  const bf16* row = p + (lane & 7) * ld + ((lane >> 3) % N) * 8;
-  const uint32_t s = smem_u32(row);
-  uint32_t r[4];
-  if constexpr (N == 4)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-  else if constexpr (N == 2)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(s));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r[0])
-                 : "r"(s));
-#pragma unroll
-  for (int i = 0; i < N; ++i) b[i][0] = r[i] << 16, b[i][1] = r[i] & 0xffff0000u;
-}
 
 // dst [kChunk][kLd] <- the block's value columns of V: rows r < nrows, columns c < cols; the
 // rest of its `slabs` slabs is zero (unlike load_tile, whose width is static: a block reads only
@@ -139,7 +121,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kLdT = C::kLdT, kLdH = C::kLdH, kLdV = C::kLdV;
   constexpr int kKT = C::kKeyTiles;
   constexpr int kRowTiles = kChunk / 8;  // n8 tiles of the chunk's rows
-  constexpr int kKGroup = kKT % 4 == 0 ? 4 : kKT % 2 == 0 ? 2 : 1;
   extern __shared__ __align__(16) unsigned char smem[];
   struct Stage {
     float* T;     // [64][kLdT]
@@ -183,6 +164,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // row).
   auto value_col = [&](int e) { return kSlab * warp + g8 + 8 * (e >> 1); };
   auto tile_col = [&](int t, int e) { return 8 * t + 2 * t4 + (e & 1); };
+  // ldmatrix row addresses into a bf16 [64][kLdH] tile (K, q), matrices 0-3 of lane 8 m + r:
+  // by_row, phase A's B(key, j) = K[j][key]: rows j (+8 for m >= 2), keys +8 for odd m;
+  // by_key (.trans), phase C's B(j, key) = K[j][key]: rows j (+8 for odd m), keys +8 for m >= 2.
+  const int by_row = ((lane >> 4) * 8 + (lane & 7)) * kLdH + ((lane >> 3) & 1) * 8;
+  const int by_key = (((lane >> 3) & 1) * 8 + (lane & 7)) * kLdH + (lane >> 4) * 8;
 
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int split = item % splits, head = (item / splits) % heads_v;
@@ -246,22 +232,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         bj[j] = st.beta[j] * e;
       }
 
-      // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T.
+      // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T (high and low
+      // parts) per 16 keys; ldmatrix hands each B fragment over as K and q sit, rows j.
       float acc_y[kRowTiles][4] = {}, acc_o[kRowTiles][4] = {};
       if (active) {
 #pragma unroll
-        for (int kt = 0; kt < kKT; ++kt) {
-          uint32_t a[4];
-          acc_as_a(a, sacc[kt]);
+        for (int ks = 0; ks < kKT / 2; ++ks) {
+          uint32_t hi[4], lo[4];
+          split_bf16_a(hi, lo, sacc[2 * ks], sacc[2 * ks + 1]);
 #pragma unroll
-          for (int nt = 0; nt < kRowTiles; ++nt) {
-            const int r = 8 * nt + g8, c = 8 * kt + 2 * t4;
-            const uint32_t kp = *reinterpret_cast<const uint32_t*>(st.K + r * kLdH + c);
-            const uint32_t bk[2] = {kp << 16, kp & 0xffff0000u};
-            mma(acc_y[nt], a, bk);
-            const uint32_t qp = *reinterpret_cast<const uint32_t*>(st.Q + r * kLdH + c);
-            const uint32_t bq[2] = {qp << 16, qp & 0xffff0000u};
-            mma(acc_o[nt], a, bq);
+          for (int nt = 0; nt < kRowTiles; nt += 2) {
+            uint32_t bk[4], bq[4];
+            ldsm_x4(bk, st.K + by_row + 8 * nt * kLdH + 16 * ks);
+            ldsm_x4(bq, st.Q + by_row + 8 * nt * kLdH + 16 * ks);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t k2[2] = {bk[2 * h], bk[2 * h + 1]}, q2[2] = {bq[2 * h], bq[2 * h + 1]};
+              mma_bf16(acc_y[nt + h], hi, k2);
+              mma_bf16(acc_y[nt + h], lo, k2);
+              mma_bf16(acc_o[nt + h], hi, q2);
+              mma_bf16(acc_o[nt + h], lo, q2);
+            }
           }
         }
       }
@@ -303,15 +294,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) sacc[kt][e] *= decay;
 #pragma unroll
-      for (int jt = 0; jt < kRowTiles; ++jt) {
-        uint32_t a[4];
-        acc_as_a(a, acc_v[jt]);
+      for (int js = 0; js < kRowTiles / 2; ++js) {
+        uint32_t hi[4], lo[4];
+        split_bf16_a(hi, lo, acc_v[2 * js], acc_v[2 * js + 1]);
 #pragma unroll
-        for (int kt = 0; kt < kKT; kt += kKGroup) {
-          uint32_t b[kKGroup][2];
-          frags_k<kKGroup>(b, st.K + 8 * jt * kLdH + 8 * kt, kLdH, lane);
+        for (int kt = 0; kt < kKT; kt += 2) {
+          uint32_t b[4];
+          ldsm_x4_trans(b, st.K + by_key + 16 * js * kLdH + 8 * kt);
 #pragma unroll
-          for (int i = 0; i < kKGroup; ++i) mma(sacc[kt + i], a, b[i]);
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t b2[2] = {b[2 * h], b[2 * h + 1]};
+            mma_bf16(sacc[kt + h], hi, b2);
+            mma_bf16(sacc[kt + h], lo, b2);
+          }
         }
       }
     }
