@@ -60,11 +60,15 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_tile.cuh"
+#include "kernels/launch.cuh"
 
 namespace flide::kernels {
 namespace {
 
 using namespace attention_detail;
+
+constexpr int kTileRows = 64;               // query rows per planner tile
+constexpr int32_t kPlanMagic = 0x46415431;  // "FAT1"
 
 template <int HD>
 struct Shape {
@@ -72,7 +76,7 @@ struct Shape {
   static constexpr int kStride = kPadded + 8;           // smem row, elements (+16 bytes)
   static constexpr int kStageElems = 2 * kN * kStride;  // one stage: K then V
   static constexpr size_t kSmemBytes =
-      (size_t(kM) * kStride + 2 * size_t(kStageElems)) * sizeof(bf16) + 4 * kM * sizeof(int);
+      (size_t(kM) * kStride + 2 * size_t(kStageElems)) * sizeof(bf16) + RowTable::kBytes;
   static_assert(HD % 8 == 0, "rows are moved in 16-byte chunks");
 };
 
@@ -101,10 +105,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   using S = Shape<HD>;
   constexpr int kDimTiles = S::kPadded / 8;  // n-tiles of O
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);                       // [kM][kStride]
-  bf16* sKV = sQ + kM * S::kStride;                               // [2 stages][K, V][kN][kStride]
-  int* table = reinterpret_cast<int*>(sKV + 2 * S::kStageElems);  // [4][kM]
-  const RowTable rows{table, table + kM, table + 2 * kM, table + 3 * kM};
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [kM][kStride]
+  bf16* sKV = sQ + kM * S::kStride;          // [2 stages][K, V][kN][kStride]
+  int* table = reinterpret_cast<int*>(sKV + 2 * S::kStageElems);
+  const RowTable rows = RowTable::carve(table);
 
   int kvh = 0, parent = -1;
   if (!load_row_table(p, rows, kvh, parent)) return;
@@ -186,10 +190,8 @@ cudaError_t launch(const Params& p, unsigned grid, cudaStream_t stream) {
   // hd >= 128 needs more than 128 registers a thread (O alone is hd / 2 floats): 1 CTA/SM.
   constexpr int kMinBlocks = HD >= 128 ? 1 : 2;
   constexpr size_t smem = Shape<HD>::kSmemBytes;
-  auto* kernel = tree_attention_kernel<HD, kMinBlocks>;
-  // Once per instantiation (not an allocation; allowed before and during graph capture).
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  constexpr auto kernel = tree_attention_kernel<HD, kMinBlocks>;
+  const cudaError_t attr = detail::raise_smem_limit<kernel, int(smem)>();
   if (attr != cudaSuccess) return attr;
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();

@@ -18,13 +18,11 @@ namespace flide::kernels::attention_detail {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kTileRows = 64;  // query rows per planner tile
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kM = 16 * kWarps;  // packed (row, head) query rows per CTA
 constexpr int kN = 64;           // keys per staged K/V block
 
-constexpr int32_t kPlanMagic = 0x46415431;  // "FAT1"
 constexpr int kHeaderWords = 4;
 constexpr int kTileWords = 4;
 constexpr int kRowWords = 4;
@@ -153,10 +151,15 @@ __device__ __forceinline__ void walk_key_blocks(const Params& p, int parent, con
 // The CTA's rows: threads < kM fill the table of its packed rows, kM entries each: q / out row
 // (-1: unused), stream row, offset of the row's node (INT_MAX: unused), query head.
 struct RowTable {
+  static constexpr size_t kBytes = 4 * kM * sizeof(int);
   int* r;
   int* hi;
   int* lo;
   int* qh;
+  // The table's four columns, kM entries each, from `table` (kBytes of shared memory).
+  static __device__ RowTable carve(int* table) {
+    return {table, table + kM, table + 2 * kM, table + 3 * kM};
+  }
 };
 
 // Decodes the CTA's (tile, kv head, chunk of packed rows) and fills `rows`; false (for the whole

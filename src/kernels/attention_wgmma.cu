@@ -13,6 +13,7 @@
 // then two stages of K and V [kN keys][256] (32 KB each), then the row table. Q and K are read
 // K-major (k = the head dim, contiguous), V MN-major (n = the head dim, contiguous).
 #include "kernels/attention_tile.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace flide::kernels::attention_detail {
@@ -23,7 +24,7 @@ constexpr uint32_t kQBytes = kM * kHd * 2;                   // 64 KB
 constexpr uint32_t kKVBytes = kN * kHd * 2;                  // 32 KB: K or V of one stage
 constexpr uint32_t kStageBytes = 2 * kKVBytes;               // K then V
 constexpr uint32_t kQChunk = kM * 128, kKVChunk = kN * 128;  // bytes of one 64-column chunk
-constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + 4 * kM * sizeof(int);
+constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + RowTable::kBytes;
 static_assert(kM == 128 && kThreads == 256, "two warpgroups of 64 packed rows");
 
 __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const Params p) {
@@ -32,8 +33,8 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
   const uint32_t base = (raw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
   const uint32_t sQ = base, sKV = base + kQBytes;
-  int* table = reinterpret_cast<int*>(smem + kQBytes + 2 * kStageBytes);  // [4][kM]
-  const RowTable rows{table, table + kM, table + 2 * kM, table + 3 * kM};
+  int* table = reinterpret_cast<int*>(smem + kQBytes + 2 * kStageBytes);
+  const RowTable rows = RowTable::carve(table);
 
   int kvh = 0, parent = -1;
   if (!load_row_table(p, rows, kvh, parent)) return;
@@ -95,9 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
 }  // namespace
 
 cudaError_t launch_wgmma_hd256(const Params& p, unsigned grid, cudaStream_t stream) {
-  // Once (not an allocation; allowed before and during graph capture).
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      tree_attention_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+  const cudaError_t attr = detail::raise_smem_limit<tree_attention_wgmma_kernel, int(kSmemBytes)>();
   if (attr != cudaSuccess) return attr;
   tree_attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   return cudaGetLastError();

@@ -1,7 +1,7 @@
 // Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu) and the
 // Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as one 16-byte access,
-// unpacked to fp32 for the arithmetic; lane-group sums; the pointer-alignment test and SM count
-// of their launchers (and of the chunked delta rule's, gdn_chunk.cu).
+// unpacked to fp32 for the arithmetic; lane-group sums; the pointer-alignment test of their
+// launchers (and of the chunked delta rule's, gdn_chunk.cu).
 //
 // A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
 // pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's
@@ -27,14 +27,6 @@ inline bool aligned(const void* p, uintptr_t bytes) {
 
 inline bool aligned16(const void* p) {
   return aligned(p, 16);
-}
-
-// The current device's SM count, for launchers that size their grids by it.
-inline cudaError_t multiprocessors(int& sms) {
-  int device = 0;
-  const cudaError_t err = cudaGetDevice(&device);
-  return err != cudaSuccess ? err
-                            : cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
 }
 
 inline int blocks_for(int64_t work, int64_t per_block) {

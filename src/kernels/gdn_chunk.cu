@@ -9,6 +9,7 @@
 #include "kernels/bf16x8.cuh"
 #include "kernels/gdn.h"
 #include "kernels/gdn_chunk.cuh"
+#include "kernels/launch.cuh"
 
 namespace flide::kernels {
 

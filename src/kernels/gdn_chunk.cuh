@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cp_async.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/tree_meta.h"
 
 namespace flide::kernels::gdn_detail {
@@ -197,15 +198,13 @@ inline int stride_grid(int64_t items, int sms, int per_sm) {
   return int(items < 1 ? 1 : items < cap ? items : cap);
 }
 
-// kernel<<<blocks, kThreads, bytes, stream>>>(args...), its dynamic shared-memory limit raised
-// to `bytes` first (the prepare and state kernels both need more than the default 48 KB).
-template <typename... Params, typename... Args>
-cudaError_t launch_with_smem(void (*kernel)(Params...), int blocks, int bytes, cudaStream_t stream,
-                             Args... args) {
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+// kKernel<<<blocks, kThreads, kBytes, stream>>>(args...), its dynamic shared-memory limit raised
+// to kBytes first (the prepare and state kernels both need more than the default 48 KB).
+template <auto kKernel, int kBytes, typename... Args>
+cudaError_t launch_with_smem(int blocks, cudaStream_t stream, Args... args) {
+  const cudaError_t err = detail::raise_smem_limit<kKernel, kBytes>();
   if (err != cudaSuccess) return err;
-  kernel<<<blocks, kThreads, bytes, stream>>>(args...);
+  kKernel<<<blocks, kThreads, kBytes, stream>>>(args...);
   return cudaGetLastError();
 }
 

@@ -33,6 +33,7 @@
 #include "kernels/bf16x8.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/gdn.h"
+#include "kernels/launch.cuh"
 
 namespace flide::kernels {
 

@@ -419,8 +419,8 @@ template <int DK, int DV>
 cudaError_t launch_prepare(const GdnArgs& a) {
   // Two resident blocks per SM, each walking its items with the next one's loads in flight.
   const int blocks = stride_grid(max_level_chunks(a.meta) * a.heads_v, a.sms, 2);
-  return launch_with_smem(gdn_prepare_kernel<DK, DV>, blocks, PrepCfg<DK, DV>::kBytes, a.stream,
-                          a.q, a.k, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
+  return launch_with_smem<gdn_prepare_kernel<DK, DV>, PrepCfg<DK, DV>::kBytes>(
+      blocks, a.stream, a.q, a.k, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_prepare<DK, DV>(const GdnArgs&);

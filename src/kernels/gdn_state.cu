@@ -47,11 +47,11 @@ struct StateCfg : Dims<DK, DV> {
   static constexpr int kSlabs = (DV + kSlab - 1) / kSlab;  // of a head
   static_assert(kSlabs <= kWarps && (kSlabs & (kSlabs - 1)) == 0,
                 "a head's slabs fit one block and halve evenly");
-  static constexpr int kUcols = kSlabs * kSlab;   // value columns staged per block, at most
-  static constexpr int kKeyTiles = D::kKp / 8;  // n8 tiles of S^T's key columns (even)
-  static constexpr int kLdT = kChunk + 8;         // fp32 T, P: 8 mod 32 words (8-byte loads)
-  static constexpr int kLdH = D::kLdH;            // bf16 q, K: 4 mod 32 words
-  static constexpr int kLdV = kUcols + 8;         // bf16 V, the block's columns: 4 mod 32 words
+  static constexpr int kUcols = kSlabs * kSlab;  // value columns staged per block, at most
+  static constexpr int kKeyTiles = D::kKp / 8;   // n8 tiles of S^T's key columns (even)
+  static constexpr int kLdT = kChunk + 8;        // fp32 T, P: 8 mod 32 words (8-byte loads)
+  static constexpr int kLdH = D::kLdH;           // bf16 q, K: 4 mod 32 words
+  static constexpr int kLdV = kUcols + 8;        // bf16 V, the block's columns: 4 mod 32 words
 
   // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's factors.
   static constexpr int kStT = 0;
@@ -331,9 +331,9 @@ template <int DK, int DV>
 cudaError_t launch_state(const GdnArgs& a) {
   using C = StateCfg<DK, DV>;
   const int blocks = stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * C::kSlabs, a.sms, 1);
-  return launch_with_smem(gdn_state_kernel<DK, DV>, blocks, C::kBytes, a.stream, a.q, a.k, a.v,
-                          a.beta, a.state, a.out, a.ws, a.heads_k, a.heads_v, a.level, a.scale,
-                          a.meta);
+  return launch_with_smem<gdn_state_kernel<DK, DV>, C::kBytes>(
+      blocks, a.stream, a.q, a.k, a.v, a.beta, a.state, a.out, a.ws, a.heads_k, a.heads_v, a.level,
+      a.scale, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_state<DK, DV>(const GdnArgs&);
