@@ -35,6 +35,8 @@ using detail::store8;
 // 512 rather than 1024 threads per block leaves 128 registers a thread, room for the cached
 // chunks plus the gated epilogue's operands without spilling; V = 2 still covers H = 5120.
 constexpr int kMaxGroup = 512;
+// Blocks of the launches that pack several rows into a block (group <= 32).
+constexpr int kPackedThreads = 256;
 
 struct NoSide {};
 
@@ -131,7 +133,7 @@ struct GatedRmsNormOp {
 // registers; chunks beyond V * group (dim > 8192, only with kLong: a group of a whole block) are
 // read again from memory (op.in_row) for the store, by the same thread, so out == x stays safe.
 template <class Op, int V, bool kLong>
-__global__ void __launch_bounds__(kMaxGroup)
+__global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
     norm_rows_kernel(Op op, int64_t rows, int64_t dim, int group, bool vec) {
   __shared__ float warp_sums[32];
   const int lane = int(threadIdx.x) % group;
@@ -201,12 +203,12 @@ cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaS
   if (n_chunks <= 32) {
     int group = 1;
     while (group < n_chunks) group *= 2;
-    constexpr int threads = 256;
+    constexpr int threads = kPackedThreads;
     norm_rows_kernel<Op, 1, false>
         <<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(op, rows, dim, group,
                                                                             vec);
   } else if (n_chunks <= 64) {
-    constexpr int threads = 256, group = 32;
+    constexpr int threads = kPackedThreads, group = 32;
     norm_rows_kernel<Op, 2, false>
         <<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(op, rows, dim, group,
                                                                             vec);
