@@ -2,7 +2,8 @@
 // their launcher (gdn_chunk.cu): tensor-core fragment helpers, asynchronous tile copies, the
 // head-dim shapes and the workspace the kernels hand results through.
 //
-// Tensor cores: mma.sync.m16n8k8 tf32 with fp32 accumulation. Fragment layout (PTX ISA), lane =
+// Tensor cores: mma.sync with fp32 accumulation, m16n8k8 tf32 for products of two fp32 operands
+// and m16n8k16 bf16 for those with a bf16 one (mma_bf16). tf32 fragment layout (PTX ISA), lane =
 // 4 g + t: A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8x8, k x n) b0 (t, g),
 // b1 (t+4, g); C (16x8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1). Shared-memory
 // leading dimensions are padded so that every fragment load is free of bank conflicts for
