@@ -80,25 +80,9 @@ struct Shape {
   static_assert(HD % 8 == 0, "rows are moved in 16-byte chunks");
 };
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c[16x8] += a[16x16] * b[16x8]; fragments as in the PTX ISA (m16n8k16, .row.col).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using detail::ldsm_x4;
+using detail::ldsm_x4_trans;
+using detail::mma_bf16;
 
 template <int HD, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(const Params p) {
@@ -155,11 +139,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
 #pragma unroll
     for (int ks = 0; ks < S::kPadded / 16; ++ks) {
       uint32_t a[4];
-      ldmatrix_x4(a, q_addr + ks * 16 * int(sizeof(bf16)));
+      ldsm_x4(a, q_addr + ks * 16 * int(sizeof(bf16)));
 #pragma unroll
       for (int np = 0; np < kN / 16; ++np) {
         uint32_t bk[4];
-        ldmatrix_x4(bk, k_addr + (np * 16 * S::kStride + ks * 16) * int(sizeof(bf16)));
+        ldsm_x4(bk, k_addr + (np * 16 * S::kStride + ks * 16) * int(sizeof(bf16)));
         mma_bf16(s[2 * np], a, bk[0], bk[1]);
         mma_bf16(s[2 * np + 1], a, bk[2], bk[3]);
       }
@@ -174,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
 #pragma unroll
       for (int dp = 0; dp < S::kPadded / 16; ++dp) {
         uint32_t bv[4];
-        ldmatrix_x4_trans(bv, v_addr + (ks * 16 * S::kStride + dp * 16) * int(sizeof(bf16)));
+        ldsm_x4_trans(bv, v_addr + (ks * 16 * S::kStride + dp * 16) * int(sizeof(bf16)));
         mma_bf16(o[2 * dp], a, bv[0], bv[1]);
         mma_bf16(o[2 * dp + 1], a, bv[2], bv[3]);
       }

@@ -10,9 +10,9 @@
 
 #include <climits>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cp_async.cuh"
+#include "kernels/mma_bf16.cuh"
 
 namespace flide::kernels::attention_detail {
 
@@ -51,13 +51,6 @@ using detail::cp_async16;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
 using detail::smem_u32;
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  uint32_t u;
-  memcpy(&u, &v, sizeof(u));
-  return u;
-}
 
 // Walks a CTA's key blocks: the parent's path root first (dense), then every own node of the
 // CTA's rows in increasing offset (causal), each range cut into kN-key blocks from its start.
@@ -325,10 +318,7 @@ __device__ __forceinline__ void rescale(float (&o)[kDimTiles][4], float2 alpha) 
 
 // The A fragment (m16n8k16, bf16) of P's k-step ks: the C fragments of n-tiles 2 ks, 2 ks + 1.
 __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN / 8][4], int ks) {
-  a[0] = pack_bf16(s[2 * ks][0], s[2 * ks][1]);
-  a[1] = pack_bf16(s[2 * ks][2], s[2 * ks][3]);
-  a[2] = pack_bf16(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-  a[3] = pack_bf16(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+  detail::acc_pair_as_a(a, s[2 * ks], s[2 * ks + 1]);
 }
 
 // out = O / l for the thread's two rows (columns 8 dn + 2 t, + 1 of each n-tile below HD), rounded

@@ -1,7 +1,8 @@
 // Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu) and the
 // Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as one 16-byte access,
-// unpacked to fp32 for the arithmetic; lane-group sums; the pointer-alignment test of their
-// launchers (and of the chunked delta rule's, gdn_chunk.cu).
+// unpacked to fp32 for the arithmetic; two values packed as a bf16 pair (also the mma fragments'
+// packing, mma_bf16.cuh); lane-group sums; the pointer-alignment test of their launchers (and of
+// the chunked delta rule's, gdn_chunk.cu).
 //
 // A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
 // pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's
@@ -14,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace flide::kernels::detail {
 
@@ -65,6 +67,14 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, int64_t valid, bool vec
     for (int k = 0; k < 8; ++k)
       if (k < valid) p[k] = __float2bfloat16_rn(f[k]);
   }
+}
+
+// Two fp32 values rounded to bf16 and packed, lo in the low half (one register of a bf16 pair).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
 }
 
 // Fast-math sigmoid (__expf, approximate division): relative error ~1e-6, far below the bf16

@@ -3,8 +3,8 @@
 // head-dim shapes and the workspace the kernels hand results through.
 //
 // Tensor cores: mma.sync with fp32 accumulation, m16n8k8 tf32 for products of two fp32 operands
-// and m16n8k16 bf16 for those with a bf16 one (mma_bf16). tf32 fragment layout (PTX ISA), lane =
-// 4 g + t: A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8x8, k x n) b0 (t, g),
+// and m16n8k16 bf16 for those with a bf16 one (mma_bf16.cuh). tf32 fragment layout (PTX ISA), lane
+// = 4 g + t: A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8x8, k x n) b0 (t, g),
 // b1 (t+4, g); C (16x8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1). Shared-memory
 // leading dimensions are padded so that every fragment load is free of bank conflicts for
 // Dk = Dv = 128. Small head dims (test checkpoints) pad to whole tiles with zeros.
@@ -22,6 +22,7 @@
 
 #include "kernels/cp_async.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/mma_bf16.cuh"
 #include "kernels/tree_meta.h"
 
 namespace flide::kernels::gdn_detail {
@@ -31,7 +32,12 @@ using bf16 = __nv_bfloat16;
 using detail::cp_async;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
+using detail::ldsm_x2;
+using detail::ldsm_x4;
+using detail::ldsm_x4_trans;
+using detail::mma_bf16;
 using detail::smem_u32;
+using detail::split_bf16_a;
 
 constexpr int kChunk = 64;  // HF chunk_size
 constexpr int kWarps = 8;
@@ -63,52 +69,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
 // already is. The B fragments it meets must read their k rows in the same order.
 __device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&c)[4]) {
   a[0] = to_tf32(c[0]), a[1] = to_tf32(c[2]), a[2] = to_tf32(c[1]), a[3] = to_tf32(c[3]);
-}
-
-// d += a b, bf16 m16n8k16: A (16x16) rows g, g + 8 with k pairs (2t, 2t+1), (2t+8, 2t+9); B the
-// same k pairs of column g; C as in the tf32 form.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// The bf16 A fragment (m16n8k16) of two accumulator tiles side by side (tile 0's 8 columns as
-// k 0-7, tile 1's as k 8-15: an accumulator's pairs (2t, 2t+1) are A's pairs as they stand), as
-// a high part and the low part it leaves: c = hi + lo to 16 significant bits (c - hi is exact in
-// fp32), 32 times finer than tf32. Against bf16 B operands the two products are exact, so the
-// pair stands for an fp32 operand at twice the cost of one bf16 product and none of the
-// conversions a tf32 B fragment made of bf16 needs.
-__device__ __forceinline__ void split_bf16_a(uint32_t (&hi)[4], uint32_t (&lo)[4],
-                                             const float (&c0)[4], const float (&c1)[4]) {
-  const float x[8] = {c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-    const float2 hf = __bfloat1622float2(h);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(x[2 * i] - hf.x, x[2 * i + 1] - hf.y);
-    hi[i] = *reinterpret_cast<const uint32_t*>(&h);
-    lo[i] = *reinterpret_cast<const uint32_t*>(&l);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Shared-memory fragment loads: four 8x8 bf16 matrices, matrix m's row r at the address lane
-// 8 m + r gives; lane 4 g + t receives row g's pair (2t, 2t+1), or with .trans column g's pair
-// (rows 2t, 2t+1).
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -118,17 +118,13 @@ __device__ __forceinline__ float raw_at(const Raw<kVec>& r, int v) {
   return __uint_as_float(v % 2 == 0 ? u << 16 : u & 0xffff0000u);
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-}
-
 template <int kVec>
 __device__ __forceinline__ void store_vec(bf16* p, const float (&f)[kVec]) {
   if constexpr (kVec == 8) {
     detail::store8(p, 8, true, f);
   } else if constexpr (kVec == 4) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]));
+    *reinterpret_cast<uint2*>(p) =
+        make_uint2(detail::pack_bf16(f[0], f[1]), detail::pack_bf16(f[2], f[3]));
   } else if constexpr (kVec == 2) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(f[0], f[1]);
   } else {

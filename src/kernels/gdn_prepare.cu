@@ -97,11 +97,6 @@ __global__ void __launch_bounds__(kPlanThreads)
 // ---------------------------------------------------------------------------------------------
 // Prepare helpers
 
-__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_u32(p)));
-}
 // A fragment of a row-major [m][k] fp32 tile already rounded to tf32 (p = &A[m0][k0]), in one
 // ldmatrix: its four 8x8 b16 matrices are 8 rows x 4 words, and ldmatrix hands lane 4 g + t word
 // t of row g, the tf32 A layout. p must be 16-byte aligned and ld a multiple of 4.
@@ -193,7 +188,7 @@ __device__ __forceinline__ void gram_tiles(float (&acc)[kMax][4], const bf16* x,
       if (s < n) {
         uint32_t b[2];
         ldsm_x2(b, b_row + 8 * s * kLd + 16 * kk);
-        mma_bf16(acc[s], a, b);
+        mma_bf16(acc[s], a, b[0], b[1]);
       }
     }
   }

@@ -247,11 +247,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             ldsm_x4(bq, st.Q + by_row + 8 * nt * kLdH + 16 * ks);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const uint32_t k2[2] = {bk[2 * h], bk[2 * h + 1]}, q2[2] = {bq[2 * h], bq[2 * h + 1]};
-              mma_bf16(acc_y[nt + h], hi, k2);
-              mma_bf16(acc_y[nt + h], lo, k2);
-              mma_bf16(acc_o[nt + h], hi, q2);
-              mma_bf16(acc_o[nt + h], lo, q2);
+              mma_bf16(acc_y[nt + h], hi, bk[2 * h], bk[2 * h + 1]);
+              mma_bf16(acc_y[nt + h], lo, bk[2 * h], bk[2 * h + 1]);
+              mma_bf16(acc_o[nt + h], hi, bq[2 * h], bq[2 * h + 1]);
+              mma_bf16(acc_o[nt + h], lo, bq[2 * h], bq[2 * h + 1]);
             }
           }
         }
@@ -303,9 +302,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           ldsm_x4_trans(b, st.K + by_key + 16 * js * kLdH + 8 * kt);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const uint32_t b2[2] = {b[2 * h], b[2 * h + 1]};
-            mma_bf16(sacc[kt + h], hi, b2);
-            mma_bf16(sacc[kt + h], lo, b2);
+            mma_bf16(sacc[kt + h], hi, b[2 * h], b[2 * h + 1]);
+            mma_bf16(sacc[kt + h], lo, b[2 * h], b[2 * h + 1]);
           }
         }
       }
