@@ -123,9 +123,9 @@ class Ops {
   // pre-conv inputs, oldest row first. q, k and v must not overlap x.
   virtual void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
                         int level) = 0;
-  // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); a, b, g, beta [T, Hv];
-  // A_log, dt_bias [1, Hv].
-  virtual void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) = 0;
+  // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); ab [T, 2 Hv] holds a | b side
+  // by side (in_proj_a and in_proj_b as one product), g, beta [T, Hv]; A_log, dt_bias [1, Hv].
+  virtual void gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) = 0;
   // Delta rule over the nodes of one tree level, each starting from its slot_in state (zeros
   // without one) and writing its final state to slot_out. q, k [T, Hk*Dk] (L2-normed; q is scaled
   // by Dk^-1/2 here), v [T, Hv*Dv], g, beta [T, Hv], out [T, Hv*Dv];

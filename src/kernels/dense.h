@@ -43,10 +43,10 @@ cudaError_t split_query_gate(const bf16* qg, bf16* q, bf16* gate, int64_t rows, 
 // cudaErrorInvalidValue unless 0 < rot_dim <= head_dim and rot_dim is even.
 cudaError_t rope(bf16* x, const int32_t* positions, const int32_t* rows, int64_t n_rows, int heads,
                  int head_dim, int rot_dim, float theta, cudaStream_t stream);
-// g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); a, b [T, Hv] bf16;
-// A_log, dt_bias [Hv] bf16.
-cudaError_t gdn_gates(const bf16* a, const bf16* b, const bf16* A_log, const bf16* dt_bias,
-                      float* g, float* beta, int64_t T, int Hv, cudaStream_t stream);
+// g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); ab [T, 2 Hv] bf16
+// holds a | b side by side; g, beta [T, Hv]; A_log, dt_bias [Hv] bf16.
+cudaError_t gdn_gates(const bf16* ab, const bf16* A_log, const bf16* dt_bias, float* g, float* beta,
+                      int64_t T, int Hv, cudaStream_t stream);
 // out = rmsnorm(o) * w * silu(z) per row of [rows, dim]; w plain (not 1 + w).
 cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream);

@@ -102,17 +102,19 @@ struct Bf16ToF32Op {
 // into the approximate __expf (error growing with |x|), hence exp / log1p in double, each
 // rounded to fp32, where HF calls fp32 exp / log1p (≤ 1 fp32 ulp apart). The product and sum
 // stay fp32 as in HF. Only T * Hv elements, so the fp64 cost is negligible.
-__global__ void gdn_gates_kernel(const bf16* a, const bf16* b, const bf16* A_log,
-                                 const bf16* dt_bias, float* g, float* beta, int64_t n, int Hv) {
+__global__ void gdn_gates_kernel(const bf16* ab, const bf16* A_log, const bf16* dt_bias, float* g,
+                                 float* beta, int64_t n, int Hv) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int j = int(i % Hv);
-    const float x = __fadd_rn(__bfloat162float(a[i]), __bfloat162float(dt_bias[j]));
+    const int64_t t = i / Hv;
+    const int j = int(i - t * Hv);
+    const bf16* a = ab + t * 2 * Hv;
+    const float x = __fadd_rn(__bfloat162float(a[j]), __bfloat162float(dt_bias[j]));
     // F.softplus(beta = 1, threshold = 20).
     const float softplus = x > 20.f ? x : float(log1p(exp(double(x))));
     const float decay = float(exp(double(__bfloat162float(A_log[j]))));
     g[i] = -__fmul_rn(decay, softplus);
-    beta[i] = float(1.0 / (1.0 + exp(-double(__bfloat162float(b[i])))));
+    beta[i] = float(1.0 / (1.0 + exp(-double(__bfloat162float(a[Hv + j])))));
   }
 }
 
@@ -136,12 +138,12 @@ cudaError_t bf16_to_f32(const bf16* in, float* out, int64_t n, cudaStream_t stre
   return launch_elementwise(Bf16ToF32Op{in, out}, n, vec, stream);
 }
 
-cudaError_t gdn_gates(const bf16* a, const bf16* b, const bf16* A_log, const bf16* dt_bias,
-                      float* g, float* beta, int64_t T, int Hv, cudaStream_t stream) {
+cudaError_t gdn_gates(const bf16* ab, const bf16* A_log, const bf16* dt_bias, float* g, float* beta,
+                      int64_t T, int Hv, cudaStream_t stream) {
   const int64_t n = T * Hv;
   if (n <= 0) return cudaSuccess;
   constexpr int threads = 256;
-  gdn_gates_kernel<<<detail::blocks_for(n, threads), threads, 0, stream>>>(a, b, A_log, dt_bias, g,
+  gdn_gates_kernel<<<detail::blocks_for(n, threads), threads, 0, stream>>>(ab, A_log, dt_bias, g,
                                                                            beta, n, Hv);
   return cudaGetLastError();
 }

@@ -26,8 +26,7 @@ namespace {
 struct GdnWeights {
   View in_qkv;   // [C, H], rows q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)
   View in_z;     // [Hv*Dv, H]
-  View in_b;     // [Hv, H]
-  View in_a;     // [Hv, H]
+  View in_ab;    // [2 Hv, H]: in_proj_a's rows, then in_proj_b's (one product for both)
   View conv;     // [C, K]  (checkpoint [C, 1, K])
   View A_log;    // [1, Hv]
   View dt_bias;  // [1, Hv]
@@ -71,16 +70,21 @@ class Binder {
   Binder(const WeightSource& weights, Ops& ops) : weights_(weights), ops_(ops) {}
 
   View bind(const std::string& name, std::vector<int64_t> shape) {
-    const int64_t n = numel(shape);
-    if (n > capacity_) {
-      host_.reset(new float[size_t(n)]);
-      capacity_ = n;
+    return bind_stacked({name}, std::move(shape));
+  }
+  // Tensors of one shape stacked row-wise in one matrix [names.size() * shape[0], ...].
+  View bind_stacked(const std::vector<std::string>& names, std::vector<int64_t> shape) {
+    const int64_t n = numel(shape), total = n * int64_t(names.size());
+    if (total > capacity_) {
+      host_.reset(new float[size_t(total)]);
+      capacity_ = total;
     }
-    weights_.read_into(name, shape, host_.get());
-    const int64_t rows = shape.size() == 1 ? 1 : shape[0];
-    View view = ops_.alloc(rows, n / rows);
+    for (size_t i = 0; i < names.size(); ++i)
+      weights_.read_into(names[i], shape, host_.get() + int64_t(i) * n);
+    const int64_t rows = (shape.size() == 1 ? 1 : shape[0]) * int64_t(names.size());
+    View view = ops_.alloc(rows, total / rows);
     ops_.upload(view, host_.get());
-    n_params_ += n;
+    n_params_ += total;
     return view;
   }
   int64_t n_params() const { return n_params_; }
@@ -123,8 +127,7 @@ class Qwen35Model final : public Model {
         const std::string g = lp + "linear_attn.";
         w.gdn.in_qkv = b.bind(g + "in_proj_qkv.weight", {C, H});
         w.gdn.in_z = b.bind(g + "in_proj_z.weight", {Vd, H});
-        w.gdn.in_b = b.bind(g + "in_proj_b.weight", {Hv, H});
-        w.gdn.in_a = b.bind(g + "in_proj_a.weight", {Hv, H});
+        w.gdn.in_ab = b.bind_stacked({g + "in_proj_a.weight", g + "in_proj_b.weight"}, {Hv, H});
         w.gdn.conv = b.bind(g + "conv1d.weight", {C, 1, cfg_.linear_conv_kernel_dim});
         w.gdn.A_log = b.bind(g + "A_log", {Hv});
         w.gdn.dt_bias = b.bind(g + "dt_bias", {Hv});
@@ -205,8 +208,7 @@ class Qwen35Model final : public Model {
       const int64_t rows = l + 1 == layers_.size() ? R : T;  // selective readout in the last
       if (layers_[l].type == LayerType::LayerType_linear_attention) {
         out.push_back({T, 2 * Kd + Vd, H});  // in_proj_qkv
-        out.push_back({T, Hv, H});           // in_proj_a
-        out.push_back({T, Hv, H});           // in_proj_b
+        out.push_back({T, 2 * Hv, H});       // in_proj_a | in_proj_b
         out.push_back({rows, Vd, H});        // in_proj_z
         out.push_back({rows, H, Vd});        // out_proj
       } else {
@@ -246,10 +248,9 @@ class Qwen35Model final : public Model {
     const int64_t Kd = int64_t(Hk) * Dk, Vd = int64_t(Hv) * Dv, C = 2 * Kd + Vd;
     const int64_t K = cfg_.linear_conv_kernel_dim;
 
-    View qkv = ops_.scratch(T, C), a = ops_.scratch(T, Hv), b = ops_.scratch(T, Hv);
+    View qkv = ops_.scratch(T, C), ab = ops_.scratch(T, 2 * int64_t(Hv));
     ops_.matmul(h, w.in_qkv, qkv);
-    ops_.matmul(h, w.in_a, a);
-    ops_.matmul(h, w.in_b, b);
+    ops_.matmul(h, w.in_ab, ab);
 
     // Slots hold each parent node's conv window and recurrent state for its children.
     View window = ops_.scratch(std::max(s.n_slots, 1), (K - 1) * C);
@@ -258,7 +259,7 @@ class Qwen35Model final : public Model {
     for (int level = 0; level < s.n_levels(); ++level)
       ops_.gdn_conv(qkv, w.conv, window, q, k, v, Dk, 1e-6, level);
     View g = ops_.scratch_f32(T, Hv), beta = ops_.scratch_f32(T, Hv);
-    ops_.gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
+    ops_.gdn_gates(ab, w.A_log, w.dt_bias, g, beta);
 
     View o = ops_.scratch(T, Vd);
     for (int level = 0; level < s.n_levels(); ++level)

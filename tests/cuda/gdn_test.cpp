@@ -90,12 +90,11 @@ TEST_P(CudaGates, GAndBetaInFp32) {
   const auto [T, Hv] = GetParam();
   std::mt19937 gen{uint32_t(T * 3 + Hv)};
   Pair p;
-  auto a = p.put(T, Hv, random_floats(gen, T * Hv, -4, 4));
-  auto b = p.put(T, Hv, random_floats(gen, T * Hv, -6, 6));
+  auto ab = p.put(T, 2 * Hv, random_floats(gen, T * 2 * Hv, -6, 6));
   auto A_log = p.put(1, Hv, random_floats(gen, Hv, -1, 1.5));
   auto dt_bias = p.put(1, Hv, random_floats(gen, Hv, -1, 1));
   auto g = p.poison(T, Hv, true), beta = p.poison(T, Hv, true);
-  p.both([&](Ops& ops, auto v) { ops.gdn_gates(v(a), v(b), v(A_log), v(dt_bias), v(g), v(beta)); });
+  p.both([&](Ops& ops, auto v) { ops.gdn_gates(v(ab), v(A_log), v(dt_bias), v(g), v(beta)); });
   expect_rms("gdn_gates g", p.got(g), p.ref(g), kTolF32Out, cat("T ", T, " Hv ", Hv));
   expect_rms("gdn_gates beta", p.got(beta), p.ref(beta), kTolF32Out, cat("T ", T, " Hv ", Hv));
 }

@@ -151,8 +151,8 @@ TEST_F(CudaMemory, ChecksDtypesShapesAndTheStream) {
   EXPECT_THROW(ops->add_rmsnorm(x, f, ops->alloc(1, 8), ops->alloc(4, 8), 1e-6, true), Error);
   EXPECT_THROW(ops->add_rmsnorm(x, ops->alloc(4, 8), ops->alloc(1, 8), x, 1e-6, true), Error);
   EXPECT_THROW(ops->rmsnorm(f, ops->alloc(1, 8), f, 1e-6, true), Error);
-  View a = ops->alloc(4, 2);
-  EXPECT_THROW(ops->gdn_gates(a, a, ops->alloc(1, 2), ops->alloc(1, 2), a, a), Error);  // bf16 g
+  View ab = ops->alloc(4, 4), g = ops->alloc(4, 2);
+  EXPECT_THROW(ops->gdn_gates(ab, ops->alloc(1, 2), ops->alloc(1, 2), g, g), Error);  // bf16 g
   EXPECT_THROW(ops->embed(ops->alloc(10, 8), x), Error);  // no stream yet
   EXPECT_THROW(ops->gather_rows(x, x), Error);
 

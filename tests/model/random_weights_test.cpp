@@ -191,8 +191,8 @@ class MatmulRecorder final : public Ops {
                 int l) override {
     in_.gdn_conv(x, w, win, q, k, v, dk, e, l);
   }
-  void gdn_gates(View a, View b, View A, View dt, View g, View beta) override {
-    in_.gdn_gates(a, b, A, dt, g, beta);
+  void gdn_gates(View ab, View A, View dt, View g, View beta) override {
+    in_.gdn_gates(ab, A, dt, g, beta);
   }
   void gdn(View q, View k, View v, View g, View b, View st, View o, int l, int hk, int hv, int dk,
            int dv, GdnForm f) override {
@@ -237,7 +237,7 @@ TEST(RandomWeightsTest, GemmShapesMirrorTheForward) {
     EXPECT_EQ(ops.calls[i].n, expected[i].n) << "call " << i;
     EXPECT_EQ(ops.calls[i].k, expected[i].k) << "call " << i;
   }
-  EXPECT_EQ(expected.size(), 3u * 8 + 7 + 1);  // 3 GDN layers, 1 attention layer, full head
+  EXPECT_EQ(expected.size(), 3u * 7 + 7 + 1);  // 3 GDN layers, 1 attention layer, full head
 }
 
 }  // namespace

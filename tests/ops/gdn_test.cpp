@@ -125,21 +125,26 @@ TEST_P(GatesTest, SoftplusAndSigmoid) {
   const auto [dtype, rows, heads] = GetParam();
   std::mt19937 gen(fresh_seed(uint32_t(rows * 13 + heads + int(dtype))));
   // a + dt_bias spans both sides of softplus's threshold (20).
-  const auto a = random_floats(gen, rows * heads, -30, 30);
-  const auto b = random_floats(gen, rows * heads, -12, 12);
+  // Each row holds a (in [-30, 30]) then b (in [-12, 12]).
+  std::vector<float> ab;
+  for (int t = 0; t < rows; ++t) {
+    const auto a = random_floats(gen, heads, -30, 30), b = random_floats(gen, heads, -12, 12);
+    ab.insert(ab.end(), a.begin(), a.end());
+    ab.insert(ab.end(), b.begin(), b.end());
+  }
   const auto A_log = random_floats(gen, heads, -2, 2);
   const auto dt_bias = random_floats(gen, heads, -1, 1);
   Device dev(dtype);
   View g = dev.poison(rows, heads), beta = dev.poison(rows, heads);
-  dev.ops().gdn_gates(dev.put(rows, heads, a), dev.put(rows, heads, b), dev.put(1, heads, A_log),
+  dev.ops().gdn_gates(dev.put(rows, 2 * heads, ab), dev.put(1, heads, A_log),
                       dev.put(1, heads, dt_bias), g, beta);
   Vec ref_g, ref_beta;
   for (int t = 0; t < rows; ++t)
     for (int j = 0; j < heads; ++j) {
-      const double x = double(a[t * heads + j]) + dt_bias[j];
+      const double x = double(ab[(2 * t) * heads + j]) + dt_bias[j];
       const double softplus = x > 20 ? x : std::log1p(std::exp(x));
       ref_g.push_back(-std::exp(double(A_log[j])) * softplus);
-      ref_beta.push_back(sigmoid_ref(b[t * heads + j]));
+      ref_beta.push_back(sigmoid_ref(ab[(2 * t + 1) * heads + j]));
     }
   expect_close("gdn_gates g", dtype, dev.get(g), ref_g, tol(dtype));
   expect_close("gdn_gates beta", dtype, dev.get(beta), ref_beta, tol(dtype));

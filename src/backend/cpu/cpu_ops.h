@@ -73,7 +73,7 @@ class CpuOps final : public Ops {
 
   void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
                 int level) override;
-  void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) override;
+  void gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) override;
   void gdn(View q, View k, View v, View g, View beta, View state, View out, int level, int heads_k,
            int heads_v, int dim_k, int dim_v, GdnForm form) override;
   void gated_rmsnorm(View o, View z, View w, View out, double eps) override;

@@ -259,16 +259,19 @@ void CpuOps<T>::gdn_conv(View x, View w, View window, View q, View k, View v, in
 
 // HF: g = -A_log.float().exp() * F.softplus(a.float() + dt_bias); beta = b.sigmoid().
 template <typename T>
-void CpuOps<T>::gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) {
-  const int64_t Hv = a.cols;
-  FLIDE_CHECK(b.rows == a.rows && g.rows == a.rows && beta.rows == a.rows && b.cols == Hv &&
-              g.cols == Hv && beta.cols == Hv && A_log.size() == Hv && dt_bias.size() == Hv);
+void CpuOps<T>::gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) {
+  const int64_t Hv = g.cols;
+  FLIDE_CHECK(ab.cols == 2 * Hv && g.rows == ab.rows && beta.rows == ab.rows && beta.cols == Hv &&
+                  A_log.size() == Hv && dt_bias.size() == Hv,
+              "ab [", ab.rows, ", ", ab.cols, "] g [", g.rows, ", ", g.cols, "] beta [", beta.rows,
+              ", ", beta.cols, "]");
 #pragma omp parallel for num_threads(threads_)
-  for (int64_t t = 0; t < a.rows; ++t) {
+  for (int64_t t = 0; t < ab.rows; ++t) {
+    const T* a = ptr(ab) + t * 2 * Hv;
+    const T* b = a + Hv;
     for (int64_t j = 0; j < Hv; ++j) {
-      const int64_t i = t * Hv + j;
-      ptr(g)[i] = -std::exp(ptr(A_log)[j]) * softplus(ptr(a)[i] + ptr(dt_bias)[j]);
-      ptr(beta)[i] = sigmoid(ptr(b)[i]);
+      ptr(g)[t * Hv + j] = -std::exp(ptr(A_log)[j]) * softplus(a[j] + ptr(dt_bias)[j]);
+      ptr(beta)[t * Hv + j] = sigmoid(b[j]);
     }
   }
 }
@@ -348,7 +351,7 @@ void CpuOps<T>::gated_rmsnorm(View o, View z, View w, View out, double eps) {
 
 #define FLIDE_INSTANTIATE(T)                                                                      \
   template void CpuOps<T>::gdn_conv(View, View, View, View, View, View, int, double, int);        \
-  template void CpuOps<T>::gdn_gates(View, View, View, View, View, View);                         \
+  template void CpuOps<T>::gdn_gates(View, View, View, View, View);                               \
   template void CpuOps<T>::gdn(View, View, View, View, View, View, View, int, int, int, int, int, \
                                GdnForm);                                                          \
   template void CpuOps<T>::gated_rmsnorm(View, View, View, View, double);

@@ -224,21 +224,21 @@ void CudaOps::gdn_conv(View x, View w, View window, View q, View k, View v, int 
            "gdn_conv");
 }
 
-void CudaOps::gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) {
-  const int64_t Hv = a.cols;
-  FLIDE_CHECK(b.rows == a.rows && g.rows == a.rows && beta.rows == a.rows && b.cols == Hv &&
-                  g.cols == Hv && beta.cols == Hv && A_log.size() == Hv && dt_bias.size() == Hv,
-              "cuda gdn_gates: a [", a.rows, ", ", a.cols, "] b [", b.rows, ", ", b.cols, "] g [",
-              g.rows, ", ", g.cols, "] beta [", beta.rows, ", ", beta.cols, "]");
-  const bf16* ap = as_bf16(a, "gdn_gates", "a");
-  const bf16* bp = as_bf16(b, "gdn_gates", "b");
+void CudaOps::gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) {
+  const int64_t Hv = g.cols;
+  FLIDE_CHECK(ab.cols == 2 * Hv && g.rows == ab.rows && beta.rows == ab.rows && beta.cols == Hv &&
+                  A_log.size() == Hv && dt_bias.size() == Hv,
+              "cuda gdn_gates: ab [", ab.rows, ", ", ab.cols, "] g [", g.rows, ", ", g.cols,
+              "] beta [", beta.rows, ", ", beta.cols, "] A_log ", A_log.size(), " dt_bias ",
+              dt_bias.size());
+  const bf16* abp = as_bf16(ab, "gdn_gates", "ab");
   const bf16* alp = as_bf16(A_log, "gdn_gates", "A_log");
   const bf16* dtp = as_bf16(dt_bias, "gdn_gates", "dt_bias");
   float* gp = as_f32(g, "gdn_gates", "g");
   float* betap = as_f32(beta, "gdn_gates", "beta");
-  if (a.size() == 0) return;
-  if (!op_begin({a, b, A_log, dt_bias, g, beta})) return;
-  launched(kernels::gdn_gates(ap, bp, alp, dtp, gp, betap, a.rows, int(Hv), stream_), "gdn_gates");
+  if (g.size() == 0) return;
+  if (!op_begin({ab, A_log, dt_bias, g, beta})) return;
+  launched(kernels::gdn_gates(abp, alp, dtp, gp, betap, ab.rows, int(Hv), stream_), "gdn_gates");
 }
 
 void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View out, int level,

@@ -92,7 +92,7 @@ class CudaOps final : public Ops {
 
   void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
                 int level) override;
-  void gdn_gates(View a, View b, View A_log, View dt_bias, View g, View beta) override;
+  void gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) override;
   // Both forms run the chunked kernel: there is no token-by-token CUDA kernel for prefill (the
   // two forms are the same function up to rounding; the CPU backend keeps both to check that).
   void gdn(View q, View k, View v, View g, View beta, View state, View out, int level, int heads_k,
