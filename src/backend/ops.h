@@ -100,12 +100,17 @@ class Ops {
   virtual void gather_rows(View x, View out) = 0;
 
   // ---- gated attention ----
-  // qg[R, heads * 2 * hd] holds per head [query(hd) | gate(hd)] -> q[R, heads*hd], gate[R,
-  // heads*hd]
-  virtual void split_query_gate(View qg, View q, View gate, int heads, int head_dim) = 0;
-  // NeoX rotate-half RoPE on the first rot_dim dims of every head, positions from the stream
-  // rows that `which` selects; x is [R, heads * head_dim].
-  virtual void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) = 0;
+  // The query side: qg [R, heads * 2 * hd] holds per head [query(hd) | gate(hd)] (R: the stream
+  // rows `which` selects). q [R, heads * hd] = rope(rmsnorm(query) * (1 + norm)), gate [R,
+  // heads * hd] = the gate halves; norm [1, hd], the query's rms_norm_eps `eps`. RoPE is NeoX
+  // rotate-half on the first rot_dim dims of every head, by each row's stream position. The
+  // compute type rounds the normed value and the rotated one (HF: q_norm, then
+  // apply_rotary_pos_emb).
+  virtual void attention_query(View qg, View norm, View q, View gate, Rows which, int heads,
+                               int head_dim, int rot_dim, double theta, double eps) = 0;
+  // The key side in place: k [T, heads * hd] = rope(rmsnorm(k) * (1 + norm)), as above.
+  virtual void attention_key(View k, View norm, int heads, int head_dim, int rot_dim, double theta,
+                             double eps) = 0;
   // Tree attention: each query row (stream rows per `which`) attends to the K/V rows of its
   // node's ancestors and its own node up to itself; softmax(q.k * scale) . v; GQA with
   // query head h using kv head h / (heads_q / heads_kv). q/out [R, heads_q*hd], k/v [T,

@@ -1,8 +1,8 @@
-// Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu) and the
-// Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as one 16-byte access,
-// unpacked to fp32 for the arithmetic; two values packed as a bf16 pair (also the mma fragments'
-// packing, mma_bf16.cuh); lane-group sums; the pointer-alignment test of their launchers (and of
-// the chunked delta rule's, gdn_chunk.cu).
+// Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu,
+// attention_prep.cu) and the Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as
+// one 16-byte access, unpacked to fp32 for the arithmetic; two values packed as a bf16 pair (also
+// the mma fragments' packing, mma_bf16.cuh); lane-group sums; the pointer-alignment test of their
+// launchers (and of the chunked delta rule's, gdn_chunk.cu).
 //
 // A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
 // pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's

@@ -35,14 +35,17 @@ cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t strea
 // out[r, :] = x[rows[r], :]; out [R, cols]. Works for bf16 and fp32 (elem_bytes 2 or 4).
 cudaError_t gather_rows(const void* x, const int32_t* rows, void* out, int64_t R, int64_t cols,
                         int elem_bytes, cudaStream_t stream);
-// qg [R, heads * 2 * hd] (per head [query | gate]) -> q, gate [R, heads * hd]
-cudaError_t split_query_gate(const bf16* qg, bf16* q, bf16* gate, int64_t rows, int heads,
-                             int head_dim, cudaStream_t stream);
-// NeoX rotate-half on the first rot_dim dims of each head; row r has position
-// positions[rows ? rows[r] : r]. cos/sin in fp32 from inv_freq = theta^(-2i/rot_dim).
-// cudaErrorInvalidValue unless 0 < rot_dim <= head_dim and rot_dim is even.
-cudaError_t rope(bf16* x, const int32_t* positions, const int32_t* rows, int64_t n_rows, int heads,
-                 int head_dim, int rot_dim, float theta, cudaStream_t stream);
+// Gated attention's query or key side (attention_prep.cu): per row r and head h, the head_dim
+// values at src + r * src_ld + h * src_head are RMS-normed with weight 1 + w (rounded to bf16),
+// then NeoX rotate-half RoPE turns their first rot_dim dims by position
+// positions[rows ? rows[r] : r] (rounded again), into dst [n_rows, heads * head_dim]. With a
+// gate, the head_dim values after each head's (the query's gate half) are copied to gate [n_rows,
+// heads * head_dim]. dst may be src only without a gate and with src packed like dst (the keys,
+// in place). cudaErrorInvalidValue unless 0 < rot_dim <= head_dim <= 256 and rot_dim is even.
+cudaError_t attention_prep(const bf16* src, int64_t src_ld, int64_t src_head, bf16* dst, bf16* gate,
+                           const bf16* w, const int32_t* positions, const int32_t* rows,
+                           int64_t n_rows, int heads, int head_dim, int rot_dim, float eps,
+                           float theta, cudaStream_t stream);
 // g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); ab [T, 2 Hv] bf16
 // holds a | b side by side; g, beta [T, Hv]; A_log, dt_bias [Hv] bf16.
 cudaError_t gdn_gates(const bf16* ab, const bf16* A_log, const bf16* dt_bias, float* g, float* beta,

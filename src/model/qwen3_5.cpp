@@ -301,15 +301,13 @@ class Qwen35Model final : public Model {
     View qg = ops_.scratch(Rq, int64_t(nh) * 2 * hd);
     ops_.matmul(hq, w.q, qg);
     View q = ops_.scratch(Rq, int64_t(nh) * hd), gate = ops_.scratch(Rq, int64_t(nh) * hd);
-    ops_.split_query_gate(qg, q, gate, nh, hd);
-    ops_.rmsnorm(q.reshaped(hd), w.q_norm, q.reshaped(hd), cfg_.rms_norm_eps, true);
+    ops_.attention_query(qg, w.q_norm, q, gate, which, nh, hd, rot, cfg_.rope_theta,
+                         cfg_.rms_norm_eps);
 
     View k = ops_.scratch(T, int64_t(nkv) * hd), v = ops_.scratch(T, int64_t(nkv) * hd);
     ops_.matmul(h, w.k, k);
     ops_.matmul(h, w.v, v);
-    ops_.rmsnorm(k.reshaped(hd), w.k_norm, k.reshaped(hd), cfg_.rms_norm_eps, true);
-    ops_.rope(q, which, nh, hd, rot, cfg_.rope_theta);
-    ops_.rope(k, Rows::Rows_all, nkv, hd, rot, cfg_.rope_theta);
+    ops_.attention_key(k, w.k_norm, nkv, hd, rot, cfg_.rope_theta, cfg_.rms_norm_eps);
 
     View attn = ops_.scratch(Rq, int64_t(nh) * hd);
     ops_.attention(q, k, v, attn, which, nh, nkv, hd, 1.0 / std::sqrt(double(hd)));

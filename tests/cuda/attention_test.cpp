@@ -1,6 +1,6 @@
-// Gated-attention ops on the CUDA backend against the CPU float64 backend: split_query_gate,
-// partial NeoX RoPE (all rows and out rows), and tree attention over the shared tree shapes
-// (roots, children, grandchildren; node lengths 1, 63, 64, 65, 130, 200) with head dims
+// Gated-attention ops on the CUDA backend against the CPU float64 backend: the query side (split,
+// norm, partial NeoX RoPE; all rows and out rows), the key side, and tree attention over the shared
+// tree shapes (roots, children, grandchildren; node lengths 1, 63, 64, 65, 130, 200) with head dims
 // 16/24/32/64/128/256 and grouped KV heads, for every row (Rows_all, the plan over the whole
 // stream) and for the out rows (Rows_out, the last layer's selective readout).
 #include <random>
@@ -11,73 +11,60 @@
 namespace flide::test {
 namespace {
 
-struct QgShape {
-  int64_t rows;
-  int heads, head_dim;
-};
-void PrintTo(const QgShape& s, std::ostream* os) {
-  *os << "rows " << s.rows << " heads " << s.heads << " hd " << s.head_dim;
-}
+// ---- the query and key sides: split, norm (weight 1 + w), RoPE in one kernel ----
 
-class CudaSplitQueryGate : public CudaTestWithParam<QgShape> {};
-
-TEST_P(CudaSplitQueryGate, Exactly) {
-  const auto [R, heads, hd] = GetParam();
-  std::mt19937 gen{uint32_t(R + heads * 7 + hd)};
-  Pair p;
-  auto qg = p.put(R, int64_t(heads) * 2 * hd, random_floats(gen, R * heads * 2 * hd, -3, 3));
-  auto q = p.poison(R, int64_t(heads) * hd), gate = p.poison(R, int64_t(heads) * hd);
-  p.both([&](Ops& ops, auto v) { ops.split_query_gate(v(qg), v(q), v(gate), heads, hd); });
-  expect_exact("split_query_gate", p.got(q), p.ref(q), "query");
-  expect_exact("split_query_gate", p.got(gate), p.ref(gate), "gate");
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaSplitQueryGate,
-                         ::testing::Values(QgShape{1, 1, 16}, QgShape{130, 4, 24},
-                                           QgShape{65, 8, 256}, QgShape{7, 3, 32}),
-                         [](const auto& info) {
-                           return cat(info.param.rows, "_h", info.param.heads, "_hd",
-                                      info.param.head_dim);
-                         });
-
-// ---- RoPE ----
-
-struct RopeShape {
-  int head_dim, rot_dim;
+struct SideShape {
+  int heads, heads_kv, head_dim, rot_dim;
   double theta;
 };
-void PrintTo(const RopeShape& s, std::ostream* os) {
-  *os << "hd " << s.head_dim << " rot " << s.rot_dim << " theta " << s.theta;
+void PrintTo(const SideShape& s, std::ostream* os) {
+  *os << "heads " << s.heads << "/" << s.heads_kv << " hd " << s.head_dim << " rot " << s.rot_dim
+      << " theta " << s.theta;
 }
 
-class CudaRope : public CudaTestWithParam<RopeShape> {};
+class CudaAttentionSides : public CudaTestWithParam<SideShape> {};
 
 // Positions reach ~500 (a root starts at 300): the fp32 angle pos * inv_freq carries ~3e-5 rad
-// of rounding, far inside the bf16 output rounding that kTolBf16 is sized for.
-TEST_P(CudaRope, AllRowsAndOutRows) {
-  const auto [hd, rot, theta] = GetParam();
-  const int heads = 3;
-  std::mt19937 gen{uint32_t(hd * 13 + rot)};
+// of rounding, far inside the bf16 output rounding that kTolBf16 is sized for. The gate halves
+// are moved, not computed: they must come out exactly.
+TEST_P(CudaAttentionSides, QueryAllRowsAndOutRowsAndKeys) {
+  const auto [heads, heads_kv, hd, rot, theta] = GetParam();
+  std::mt19937 gen{uint32_t(hd * 13 + rot + heads)};
   Stream s = build_stream(tree_cases()[3].nodes, 0, gen);
   s.out_rows = pick_out_rows(s, gen, 0.1);
   const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size()), C = int64_t(heads) * hd;
+  const double eps = 1e-6;
   Pair p;
   p.set_stream(s);
-  auto x = p.put(T, C, random_floats(gen, T * C, -2, 2));
-  p.both([&](Ops& ops, auto v) { ops.rope(v(x), Rows::Rows_all, heads, hd, rot, theta); });
-  expect_rms("rope", p.got(x), p.ref(x), kTolBf16, cat("hd ", hd, " rot ", rot, " all rows"));
-  auto xr = p.put(R, C, random_floats(gen, R * C, -2, 2));
-  p.both([&](Ops& ops, auto v) { ops.rope(v(xr), Rows::Rows_out, heads, hd, rot, theta); });
-  expect_rms("rope", p.got(xr), p.ref(xr), kTolBf16, cat("hd ", hd, " rot ", rot, " out rows"));
+  auto norm = p.put(1, hd, random_floats(gen, hd, -0.5, 0.5));
+  for (Rows which : {Rows::Rows_all, Rows::Rows_out}) {
+    const int64_t rows = which == Rows::Rows_all ? T : R;
+    const std::string context =
+        cat("hd ", hd, " rot ", rot, which == Rows::Rows_all ? " all rows" : " out rows");
+    auto qg = p.put(rows, 2 * C, random_floats(gen, rows * 2 * C, -2, 2));
+    auto q = p.poison(rows, C), gate = p.poison(rows, C);
+    p.both([&](Ops& ops, auto v) {
+      ops.attention_query(v(qg), v(norm), v(q), v(gate), which, heads, hd, rot, theta, eps);
+    });
+    expect_rms("attention_query", p.got(q), p.ref(q), kTolBf16, context);
+    expect_exact("attention_query", p.got(gate), p.ref(gate), context + " gate");
+  }
+  const int64_t Ck = int64_t(heads_kv) * hd;
+  auto k = p.put(T, Ck, random_floats(gen, T * Ck, -2, 2));
+  p.both(
+      [&](Ops& ops, auto v) { ops.attention_key(v(k), v(norm), heads_kv, hd, rot, theta, eps); });
+  expect_rms("attention_key", p.got(k), p.ref(k), kTolBf16, cat("hd ", hd, " rot ", rot));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaRope,
-                         ::testing::Values(RopeShape{16, 4, 1e4}, RopeShape{24, 6, 1e6},
-                                           RopeShape{32, 8, 1e7}, RopeShape{32, 32, 1e4},
-                                           RopeShape{64, 16, 1e7}, RopeShape{256, 64, 1e7}),
-                         [](const auto& info) {
-                           return cat("hd", info.param.head_dim, "_rot", info.param.rot_dim);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionSides,
+    ::testing::Values(SideShape{3, 1, 16, 4, 1e4}, SideShape{3, 3, 24, 6, 1e6},
+                      SideShape{1, 1, 12, 4, 1e4}, SideShape{4, 2, 32, 8, 1e7},
+                      SideShape{2, 1, 32, 32, 1e4}, SideShape{3, 1, 64, 16, 1e7},
+                      SideShape{8, 2, 256, 64, 1e7}, SideShape{9, 2, 256, 256, 1e7}),
+    [](const auto& info) {
+      return cat("h", info.param.heads, "_hd", info.param.head_dim, "_rot", info.param.rot_dim);
+    });
 
 // ---- tree attention ----
 

@@ -44,7 +44,7 @@ inline bool cuda_device_present() {
   if (!::flide::test::cuda_device_present()) GTEST_SKIP() << "no CUDA device"
 
 // ---- tolerances (relative RMS error, see rel_rms) ----
-// Pure data movement (embed, gather_rows, split_query_gate, conv windows): the bits
+// Pure data movement (embed, gather_rows, the query's gate halves, conv windows): the bits
 // of a bf16 input come out unchanged, so the error is exactly 0.
 // bf16 outputs: inputs are bf16-exact on both sides; the kernel computes in fp32 (relative
 // error ~1e-7 per operation) and rounds its result to bf16 once (at most 2^-9 relative, about

@@ -180,10 +180,13 @@ class MatmulRecorder final : public Ops {
   void silu_mul(View g, View u, View o) override { in_.silu_mul(g, u, o); }
   void sigmoid_mul(View x, View g) override { in_.sigmoid_mul(x, g); }
   void gather_rows(View x, View o) override { in_.gather_rows(x, o); }
-  void split_query_gate(View qg, View q, View g, int h, int d) override {
-    in_.split_query_gate(qg, q, g, h, d);
+  void attention_query(View qg, View n, View q, View g, Rows w, int h, int d, int r, double t,
+                       double e) override {
+    in_.attention_query(qg, n, q, g, w, h, d, r, t, e);
   }
-  void rope(View x, Rows w, int h, int d, int r, double t) override { in_.rope(x, w, h, d, r, t); }
+  void attention_key(View k, View n, int h, int d, int r, double t, double e) override {
+    in_.attention_key(k, n, h, d, r, t, e);
+  }
   void attention(View q, View k, View v, View o, Rows w, int hq, int hk, int d, double s) override {
     in_.attention(q, k, v, o, w, hq, hk, d, s);
   }

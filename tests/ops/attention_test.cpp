@@ -1,7 +1,8 @@
-// Gated-attention ops against float64 loops: split_query_gate, partial NeoX RoPE and tree
-// attention. The tree-attention reference is the definition of the visibility rule: for every
-// node, its root-to-node path is concatenated into one sequence and run through plain causal
-// attention; the node's rows of that result must equal the backend's rows of the flat stream.
+// Gated-attention ops against float64 loops: the query side (per-head split, norm with weight
+// 1 + w, partial NeoX RoPE), the key side (norm, RoPE) and tree attention. The tree-attention
+// reference is the definition of the visibility rule: for every node, its root-to-node path is
+// concatenated into one sequence and run through plain causal attention; the node's rows of that
+// result must equal the backend's rows of the flat stream.
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -11,46 +12,7 @@
 namespace flide::test {
 namespace {
 
-// ---- split_query_gate ----
-
-struct SplitShape {
-  int rows, heads, head_dim;
-};
-
-class SplitTest : public ::testing::TestWithParam<std::tuple<DType, SplitShape>> {};
-
-TEST_P(SplitTest, PerHeadHalves) {
-  const auto [dtype, sh] = GetParam();
-  std::mt19937 gen(fresh_seed(uint32_t(sh.rows * 11 + sh.heads * 3 + sh.head_dim + int(dtype))));
-  const int64_t hd = sh.head_dim, width = int64_t(sh.heads) * hd;
-  const auto qg = random_floats(gen, sh.rows * 2 * width, -1, 1);
-  Device dev(dtype);
-  View q = dev.poison(sh.rows, width), gate = dev.poison(sh.rows, width);
-  dev.ops().split_query_gate(dev.put(sh.rows, 2 * width, qg), q, gate, sh.heads, sh.head_dim);
-  Vec ref_q, ref_gate;
-  for (int r = 0; r < sh.rows; ++r)
-    for (int h = 0; h < sh.heads; ++h)
-      for (int64_t d = 0; d < hd; ++d) {
-        ref_q.push_back(qg[r * 2 * width + h * 2 * hd + d]);
-        ref_gate.push_back(qg[r * 2 * width + h * 2 * hd + hd + d]);
-      }
-  EXPECT_EQ(rel_err(dev.get(q), ref_q), 0.0);
-  EXPECT_EQ(rel_err(dev.get(gate), ref_gate), 0.0);
-}
-
-INSTANTIATE_TEST_SUITE_P(Grid, SplitTest,
-                         ::testing::Combine(::testing::Values(DType::DType_f32, DType::DType_f64),
-                                            ::testing::Values(SplitShape{1, 1, 1},
-                                                              SplitShape{3, 5, 7},
-                                                              SplitShape{17, 2, 64})),
-                         [](const auto& info) {
-                           const SplitShape s = std::get<1>(info.param);
-                           return dtype_label(std::get<0>(info.param)) + "_" +
-                                  std::to_string(s.rows) + "x" + std::to_string(s.heads) + "x" +
-                                  std::to_string(s.head_dim);
-                         });
-
-// ---- rope and attention over tree streams ----
+// ---- query and key sides, and attention, over tree streams ----
 
 struct HeadShape {
   int heads_q, heads_kv, head_dim, rot_dim;
@@ -85,19 +47,35 @@ void rope_ref(Vec& x, const std::vector<int32_t>& positions, int heads, int hd, 
     }
 }
 
-TEST_P(TreeAttentionTest, Rope) {
+// RMS norm with weight 1 + w of every hd-wide head of x, in place.
+void head_norm_ref(Vec& x, const Vec& w, int hd, double eps) {
+  for (size_t h0 = 0; h0 < x.size(); h0 += size_t(hd)) {
+    double sum_sq = 0;
+    for (int d = 0; d < hd; ++d) sum_sq += x[h0 + d] * x[h0 + d];
+    const double s = 1.0 / std::sqrt(sum_sq / hd + eps);
+    for (int d = 0; d < hd; ++d) x[h0 + d] *= s * (1.0 + w[size_t(d)]);
+  }
+}
+
+TEST_P(TreeAttentionTest, QueryAndKeySides) {
   const HeadShape& hs = heads();
+  const int hd = hs.head_dim;
+  const double eps = 1e-6;
   for (double theta : {10000.0, 1e7}) {
     auto gen = rng(1 + int(theta > 1e5));
     Stream s = build_stream(tree().nodes, tree().n_initial_slots, gen);
     s.out_rows = pick_out_rows(s, gen, 0.2);
-    const int64_t T = s.n_tokens(), width = int64_t(hs.heads_q) * hs.head_dim;
-    const auto x = random_floats(gen, T * width, -1, 1);
+    const int64_t T = s.n_tokens(), width = int64_t(hs.heads_q) * hd;
+    const int64_t k_width = int64_t(hs.heads_kv) * hd;
+    const auto qg = random_floats(gen, T * 2 * width, -1, 1);
+    const auto k = random_floats(gen, T * k_width, -1, 1);
+    const auto w = random_floats(gen, hd, -0.5, 0.5);
     int max_pos = 0;
     for (int32_t p : s.positions) max_pos = std::max(max_pos, int(p));
     // f32: HF forms the angle pos * inv_freq in fp32, so its error grows like pos * 2^-24 and
-    // so does the rotated value's (x ~ 1); the tolerance follows the largest position.
-    const double tolerance = tol(dtype(), kTolF32 + max_pos * 2.4e-7);
+    // so does the rotated value's (normed values of a few units); the tolerance follows the
+    // largest position.
+    const double tolerance = tol(dtype(), kTolF32 + max_pos * 1e-6);
     for (Rows which : {Rows::Rows_all, Rows::Rows_out}) {
       const bool all = which == Rows::Rows_all;
       std::vector<int32_t> rows = s.out_rows;
@@ -105,18 +83,37 @@ TEST_P(TreeAttentionTest, Rope) {
         rows.clear();
         for (int32_t t = 0; t < T; ++t) rows.push_back(t);
       }
-      Vec ref = gather(widen(x), width, rows);
+      const Vec qg_rows = gather(widen(qg), 2 * width, rows);
+      Vec ref_q, ref_gate;
+      for (size_t h0 = 0; h0 < qg_rows.size(); h0 += size_t(2 * hd)) {
+        ref_q.insert(ref_q.end(), qg_rows.begin() + h0, qg_rows.begin() + h0 + hd);
+        ref_gate.insert(ref_gate.end(), qg_rows.begin() + h0 + hd, qg_rows.begin() + h0 + 2 * hd);
+      }
       std::vector<int32_t> positions;
       for (int32_t r : rows) positions.push_back(s.positions[r]);
-      std::vector<float> input(ref.begin(), ref.end());
+      head_norm_ref(ref_q, widen(w), hd, eps);
+      rope_ref(ref_q, positions, hs.heads_q, hd, hs.rot_dim, theta);
+
+      const int64_t R = int64_t(rows.size());
       Device dev(dtype());
       dev.ops().set_stream(s);
-      View xv = dev.put(int64_t(rows.size()), width, input);
-      dev.ops().rope(xv, which, hs.heads_q, hs.head_dim, hs.rot_dim, theta);
-      rope_ref(ref, positions, hs.heads_q, hs.head_dim, hs.rot_dim, theta);
-      expect_close("rope", dtype(), dev.get(xv), ref, tolerance,
-                   tree().name + (all ? " all" : " out"));
+      View q = dev.poison(R, width), gate = dev.poison(R, width);
+      dev.ops().attention_query(
+          dev.put(R, 2 * width, std::vector<float>(qg_rows.begin(), qg_rows.end())),
+          dev.put(1, hd, w), q, gate, which, hs.heads_q, hd, hs.rot_dim, theta, eps);
+      const std::string where = tree().name + (all ? " all" : " out");
+      expect_close("attention_query", dtype(), dev.get(q), ref_q, tolerance, where);
+      EXPECT_EQ(rel_err(dev.get(gate), ref_gate), 0.0) << where;
     }
+
+    Vec ref_k = widen(k);
+    head_norm_ref(ref_k, widen(w), hd, eps);
+    rope_ref(ref_k, s.positions, hs.heads_kv, hd, hs.rot_dim, theta);
+    Device dev(dtype());
+    dev.ops().set_stream(s);
+    View kv = dev.put(T, k_width, k);
+    dev.ops().attention_key(kv, dev.put(1, hd, w), hs.heads_kv, hd, hs.rot_dim, theta, eps);
+    expect_close("attention_key", dtype(), dev.get(kv), ref_k, tolerance, tree().name);
   }
 }
 

@@ -1,4 +1,5 @@
-// Gated attention pieces: the per-head query/gate split, partial NeoX RoPE and tree attention.
+// Gated attention: the query side (per-head query/gate split, q_norm, partial NeoX RoPE), the key
+// side (k_norm, RoPE) and tree attention.
 // Tree attention is the definition of the visibility rule (DESIGN.md "Requests are trees"): a
 // query at stream row i of node n sees every row of n's ancestors and n's rows up to i, in path
 // order, which is exactly plain causal attention over the concatenated root-to-n path.
@@ -57,6 +58,24 @@ void CpuOps<T>::rope(View x, Rows which, int heads, int head_dim, int rot_dim, d
       }
     }
   }
+}
+
+template <typename T>
+void CpuOps<T>::attention_query(View qg, View norm, View q, View gate, Rows which, int heads,
+                                int head_dim, int rot_dim, double theta, double eps) {
+  FLIDE_CHECK(qg.rows == rows_of(which), "qg [", qg.rows, ", ", qg.cols, "] rows ", rows_of(which));
+  split_query_gate(qg, q, gate, heads, head_dim);
+  rmsnorm(q.reshaped(head_dim), norm, q.reshaped(head_dim), eps, true);
+  rope(q, which, heads, head_dim, rot_dim, theta);
+}
+
+template <typename T>
+void CpuOps<T>::attention_key(View k, View norm, int heads, int head_dim, int rot_dim, double theta,
+                              double eps) {
+  FLIDE_CHECK(k.rows == stream_.n_tokens() && k.cols == int64_t(heads) * head_dim, "k [", k.rows,
+              ", ", k.cols, "]");
+  rmsnorm(k.reshaped(head_dim), norm, k.reshaped(head_dim), eps, true);
+  rope(k, Rows::Rows_all, heads, head_dim, rot_dim, theta);
 }
 
 // HF eager attention per query row and head: scores q.k * scale, softmax (max subtracted),
@@ -121,9 +140,10 @@ void CpuOps<T>::attention(View q, View k, View v, View out, Rows which, int head
   }
 }
 
-#define FLIDE_INSTANTIATE(T)                                             \
-  template void CpuOps<T>::split_query_gate(View, View, View, int, int); \
-  template void CpuOps<T>::rope(View, Rows, int, int, int, double);      \
+#define FLIDE_INSTANTIATE(T)                                                                    \
+  template void CpuOps<T>::attention_query(View, View, View, View, Rows, int, int, int, double, \
+                                           double);                                             \
+  template void CpuOps<T>::attention_key(View, View, int, int, int, double, double);            \
   template void CpuOps<T>::attention(View, View, View, View, Rows, int, int, int, double);
 FLIDE_INSTANTIATE(float)
 FLIDE_INSTANTIATE(double)

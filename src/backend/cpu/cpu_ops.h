@@ -6,7 +6,7 @@
 //   cpu_ops.cpp    construction, the persistent and scratch arenas, transfers, the stream
 //                  (validated once per round, so that the ops index it without checks)
 //   dense.cpp      embed, rmsnorm, add_rmsnorm, matmul, silu_mul, sigmoid_mul, gather_rows
-//   attention.cpp  split_query_gate, rope, tree attention
+//   attention.cpp  the query and key sides (split, norm, RoPE), tree attention
 //   gdn.cpp        gdn_conv (conv + SiLU, split, q/k L2 norm), gdn_gates, gdn (chunked and
 //                  recurrent), gated_rmsnorm
 //   readout.cpp    select_logits
@@ -66,8 +66,10 @@ class CpuOps final : public Ops {
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
 
-  void split_query_gate(View qg, View q, View gate, int heads, int head_dim) override;
-  void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) override;
+  void attention_query(View qg, View norm, View q, View gate, Rows which, int heads, int head_dim,
+                       int rot_dim, double theta, double eps) override;
+  void attention_key(View k, View norm, int heads, int head_dim, int rot_dim, double theta,
+                     double eps) override;
   void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                  int head_dim, double scale) override;
 
@@ -88,6 +90,10 @@ class CpuOps final : public Ops {
   int32_t stream_row(Rows which, int64_t r) const;
   // Nodes of one level: [level_begin[level], level_begin[level + 1]).
   void level_range(int level, int32_t* begin, int32_t* end) const;
+  // The steps of attention_query / attention_key: the per-head split of qg, and NeoX RoPE in
+  // place on x [rows_of(which), heads * head_dim].
+  void split_query_gate(View qg, View q, View gate, int heads, int head_dim);
+  void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta);
 
   int threads_;
   Stream stream_;

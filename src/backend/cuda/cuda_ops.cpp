@@ -32,6 +32,14 @@ float* as_f32(const View& v, const char* op, const char* name) {
   return static_cast<float*>(v.data);
 }
 
+// What attention_prep supports (kernels/dense.h), checked on the host for a clear message.
+void check_rope_dims(const char* op, int head_dim, int rot_dim) {
+  FLIDE_CHECK(
+      head_dim > 0 && head_dim <= 256 && rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim,
+      "cuda ", op, ": head_dim ", head_dim, " (at most 256), rot_dim ", rot_dim,
+      " (even, at most head_dim)");
+}
+
 }  // namespace
 
 void CudaOps::need_stream(const char* op) const {
@@ -131,33 +139,44 @@ void CudaOps::gather_rows(View x, View out) {
 
 // ---- gated attention ----
 
-void CudaOps::split_query_gate(View qg, View q, View gate, int heads, int head_dim) {
-  const int64_t hd = head_dim;
-  FLIDE_CHECK(qg.cols == heads * 2 * hd && q.cols == heads * hd && gate.cols == heads * hd &&
-                  q.rows == qg.rows && gate.rows == qg.rows,
-              "cuda split_query_gate: qg [", qg.rows, ", ", qg.cols, "] q [", q.rows, ", ", q.cols,
-              "] gate [", gate.rows, ", ", gate.cols, "] heads ", heads, " hd ", hd);
-  const bf16* qgp = as_bf16(qg, "split_query_gate", "qg");
-  bf16* qp = as_bf16(q, "split_query_gate", "q");
-  bf16* gp = as_bf16(gate, "split_query_gate", "gate");
-  if (q.size() == 0) return;
-  if (!op_begin({qg, q, gate}, {heads, head_dim})) return;
-  launched(kernels::split_query_gate(qgp, qp, gp, qg.rows, heads, head_dim, stream_),
-           "split_query_gate");
+void CudaOps::attention_query(View qg, View norm, View q, View gate, Rows which, int heads,
+                              int head_dim, int rot_dim, double theta, double eps) {
+  need_stream("attention_query");
+  check_rope_dims("attention_query", head_dim, rot_dim);
+  const int64_t hd = head_dim, R = rows_of(which);
+  FLIDE_CHECK(qg.rows == R && q.rows == R && gate.rows == R && qg.cols == heads * 2 * hd &&
+                  q.cols == heads * hd && gate.cols == q.cols && norm.size() == hd,
+              "cuda attention_query: qg [", qg.rows, ", ", qg.cols, "] q [", q.rows, ", ", q.cols,
+              "] gate [", gate.rows, ", ", gate.cols, "] norm ", norm.size(), " rows ", R,
+              " heads ", heads, " hd ", hd);
+  const bf16* qgp = as_bf16(qg, "attention_query", "qg");
+  const bf16* np = as_bf16(norm, "attention_query", "norm");
+  bf16* qp = as_bf16(q, "attention_query", "q");
+  bf16* gp = as_bf16(gate, "attention_query", "gate");
+  if (R == 0) return;
+  if (!op_begin({qg, norm, q, gate}, {int64_t(which), heads, head_dim, rot_dim})) return;
+  launched(
+      kernels::attention_prep(qgp, qg.cols, 2 * hd, qp, gp, np, meta_.positions, rows_ptr(which), R,
+                              heads, head_dim, rot_dim, float(eps), float(theta), stream_),
+      "attention_query");
 }
 
-void CudaOps::rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) {
-  need_stream("rope");
-  FLIDE_CHECK(x.rows == rows_of(which) && x.cols == int64_t(heads) * head_dim, "cuda rope: x [",
-              x.rows, ", ", x.cols, "] rows ", rows_of(which), " heads ", heads, " hd ", head_dim);
-  FLIDE_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim, "cuda rope: rot_dim ",
-              rot_dim);
-  bf16* xp = as_bf16(x, "rope", "x");
-  if (x.size() == 0) return;
-  if (!op_begin({x}, {int64_t(which), heads, rot_dim})) return;
-  launched(kernels::rope(xp, meta_.positions, rows_ptr(which), x.rows, heads, head_dim, rot_dim,
-                         float(theta), stream_),
-           "rope");
+void CudaOps::attention_key(View k, View norm, int heads, int head_dim, int rot_dim, double theta,
+                            double eps) {
+  need_stream("attention_key");
+  check_rope_dims("attention_key", head_dim, rot_dim);
+  const int64_t hd = head_dim;
+  FLIDE_CHECK(k.rows == meta_.n_tokens && k.cols == heads * hd && norm.size() == hd,
+              "cuda attention_key: k [", k.rows, ", ", k.cols, "] norm ", norm.size(), " tokens ",
+              meta_.n_tokens, " heads ", heads, " hd ", hd);
+  bf16* kp = as_bf16(k, "attention_key", "k");
+  const bf16* np = as_bf16(norm, "attention_key", "norm");
+  if (k.size() == 0) return;
+  if (!op_begin({k, norm}, {heads, head_dim, rot_dim})) return;
+  launched(
+      kernels::attention_prep(kp, k.cols, hd, kp, nullptr, np, meta_.positions, nullptr, k.rows,
+                              heads, head_dim, rot_dim, float(eps), float(theta), stream_),
+      "attention_key");
 }
 
 void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,

@@ -85,8 +85,10 @@ class CudaOps final : public Ops {
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
 
-  void split_query_gate(View qg, View q, View gate, int heads, int head_dim) override;
-  void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta) override;
+  void attention_query(View qg, View norm, View q, View gate, Rows which, int heads, int head_dim,
+                       int rot_dim, double theta, double eps) override;
+  void attention_key(View k, View norm, int heads, int head_dim, int rot_dim, double theta,
+                     double eps) override;
   void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                  int head_dim, double scale) override;
 
