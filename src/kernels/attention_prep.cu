@@ -15,18 +15,18 @@
 // we keep cos/sin and the rotation in fp32, within ~1 bf16 ulp of HF.
 //
 // Work split: a warp per (row, head) task, a lane holding one 8-element chunk of the head
-// (head_dim <= 256); each warp loads kBatch tasks' chunks (and copies their gates) before it
-// computes any, for enough bytes in flight to keep the memory busy. The normed head's rotated
-// dims go through the warp's shared-memory slice, where lane i turns the pair (i, i + half).
+// (head_dim <= kAttentionPrepMaxHeadDim); each warp loads kBatch tasks' chunks (and copies their
+// gates) before it computes any, for enough bytes in flight to keep the memory busy. The normed
+// head's rotated dims go through the warp's shared-memory slice, where lane i turns the pair (i, i
+// + half).
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
 
 namespace flide::kernels {
 namespace {
 
-constexpr int kMaxHeadDim = 256;  // one 8-element chunk per lane
-constexpr int kWarps = 8;         // per block
-constexpr int kBatch = 4;         // tasks a warp has in flight
+constexpr int kWarps = 8;  // per block
+constexpr int kBatch = 4;  // tasks a warp has in flight
 
 struct PrepArgs {
   const bf16* src;  // row r, head h at src + r * src_ld + h * src_head
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
 #pragma unroll
       for (int k = 0; k < 8; ++k) sum_sq += x[k] * x[k];
       sum_sq = detail::group_sum_lanes(sum_sq, 32);
-      const float s = rsqrtf(__fdiv_rn(sum_sq, float(a.hd)) + a.eps);
+      const float s = detail::rms_scale(sum_sq, a.hd, a.eps);
 #pragma unroll
       for (int k = 0; k < 8; ++k)
         x[k] = __bfloat162float(__float2bfloat16_rn(x[k] * s * (1.f + wv[k])));
@@ -178,8 +178,8 @@ cudaError_t attention_prep(const bf16* src, int64_t src_ld, int64_t src_head, bf
                            const bf16* w, const int32_t* positions, const int32_t* rows,
                            int64_t n_rows, int heads, int head_dim, int rot_dim, float eps,
                            float theta, cudaStream_t stream) {
-  if (rot_dim <= 0 || rot_dim % 2 != 0 || rot_dim > head_dim || head_dim > kMaxHeadDim ||
-      heads <= 0)
+  if (rot_dim <= 0 || rot_dim % 2 != 0 || rot_dim > head_dim ||
+      head_dim > kAttentionPrepMaxHeadDim || heads <= 0)
     return cudaErrorInvalidValue;
   if (n_rows <= 0) return cudaSuccess;
   const bool in_place = src == dst;

@@ -1,8 +1,8 @@
 // Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu,
 // attention_prep.cu) and the Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as
 // one 16-byte access, unpacked to fp32 for the arithmetic; two values packed as a bf16 pair (also
-// the mma fragments' packing, mma_bf16.cuh); lane-group sums; the pointer-alignment test of their
-// launchers (and of the chunked delta rule's, gdn_chunk.cu).
+// the mma fragments' packing, mma_bf16.cuh); the RMS norm's factor; lane-group sums; the
+// pointer-alignment test of their launchers (and of the chunked delta rule's, gdn_chunk.cu).
 //
 // A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
 // pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's
@@ -75,6 +75,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   uint32_t u;
   memcpy(&u, &v, sizeof(u));
   return u;
+}
+
+// The RMS norm's factor for a row whose squares sum to sum_sq: rsqrt(mean + eps), the mean an
+// IEEE division, rsqrtf the hardware approximation (~2 ulp fp32, as torch.rsqrt on the GPU).
+__device__ __forceinline__ float rms_scale(float sum_sq, int64_t dim, float eps) {
+  return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
 }
 
 // Fast-math sigmoid (__expf, approximate division): relative error ~1e-6, far below the bf16

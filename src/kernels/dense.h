@@ -41,7 +41,9 @@ cudaError_t gather_rows(const void* x, const int32_t* rows, void* out, int64_t R
 // positions[rows ? rows[r] : r] (rounded again), into dst [n_rows, heads * head_dim]. With a
 // gate, the head_dim values after each head's (the query's gate half) are copied to gate [n_rows,
 // heads * head_dim]. dst may be src only without a gate and with src packed like dst (the keys,
-// in place). cudaErrorInvalidValue unless 0 < rot_dim <= head_dim <= 256 and rot_dim is even.
+// in place). cudaErrorInvalidValue unless 0 < rot_dim <= head_dim <= kAttentionPrepMaxHeadDim
+// and rot_dim is even.
+constexpr int kAttentionPrepMaxHeadDim = 256;  // a lane holds one 8-element chunk of a head
 cudaError_t attention_prep(const bf16* src, int64_t src_ld, int64_t src_head, bf16* dst, bf16* gate,
                            const bf16* w, const int32_t* positions, const int32_t* rows,
                            int64_t n_rows, int heads, int head_dim, int rot_dim, float eps,

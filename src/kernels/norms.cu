@@ -54,7 +54,7 @@ struct RmsNormOp {
   }
   __device__ void load_side(int64_t, int64_t, int64_t, bool, Side&) const {}
   __device__ float scale(float sum_sq, int64_t dim) const {
-    return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
+    return detail::rms_scale(sum_sq, dim, eps);
   }
   __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
                          const Side&, float s) const {
@@ -112,7 +112,7 @@ struct GatedRmsNormOp {
     load8(z + r * dim + e, dim - e, vec, side.z);
   }
   __device__ float scale(float sum_sq, int64_t dim) const {
-    return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
+    return detail::rms_scale(sum_sq, dim, eps);
   }
   __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
                          const Side& side, float s) const {

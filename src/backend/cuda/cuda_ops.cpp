@@ -34,10 +34,10 @@ float* as_f32(const View& v, const char* op, const char* name) {
 
 // What attention_prep supports (kernels/dense.h), checked on the host for a clear message.
 void check_rope_dims(const char* op, int head_dim, int rot_dim) {
-  FLIDE_CHECK(
-      head_dim > 0 && head_dim <= 256 && rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim,
-      "cuda ", op, ": head_dim ", head_dim, " (at most 256), rot_dim ", rot_dim,
-      " (even, at most head_dim)");
+  FLIDE_CHECK(head_dim > 0 && head_dim <= kernels::kAttentionPrepMaxHeadDim && rot_dim > 0 &&
+                  rot_dim % 2 == 0 && rot_dim <= head_dim,
+              "cuda ", op, ": head_dim ", head_dim, " (at most ", kernels::kAttentionPrepMaxHeadDim,
+              "), rot_dim ", rot_dim, " (even, at most head_dim)");
 }
 
 }  // namespace
