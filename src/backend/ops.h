@@ -85,13 +85,12 @@ class Ops {
   // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); w is [1, x.cols].
   // out may alias x (in-place normalisation).
   virtual void rmsnorm(View x, View w, View out, double eps, bool unit_offset) = 0;
-  // The residual add and the norm that reads its result, in one pass over the rows:
-  // x += delta (rounded to x's dtype), then out = rmsnorm(x, w, eps, unit_offset) of that rounded
-  // x; bit-identical to adding elementwise and calling rmsnorm. x, delta, out [R, C], w [1, C];
-  // out must not overlap x.
-  virtual void add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) = 0;
   // out[R, N] = x[R, K] . w[N, K]^T
   virtual void matmul(View x, View w, View out) = 0;
+  // acc[R, N] += x[R, K] . w[N, K]^T, the sum rounded once to acc's dtype: a residual add in the
+  // product that feeds it, so the residual is read and written once with the product's output
+  // instead of the product being written and read back by a separate add.
+  virtual void matmul_add(View x, View w, View acc) = 0;
   // out = silu(gate) * up; out may alias gate or up
   virtual void silu_mul(View gate, View up, View out) = 0;
   // x *= sigmoid(gate)

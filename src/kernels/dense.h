@@ -23,11 +23,6 @@ cudaError_t embed(const int32_t* ids, const bf16* table, bf16* out, int64_t T, i
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); out may alias x.
 cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim, float eps,
                     bool unit_offset, cudaStream_t stream);
-// x += delta (an fp32 sum rounded to bf16), then out = rmsnorm(x) as above from the rounded x:
-// out is bit-identical to rmsnorm of the updated x. x, delta, out [rows, dim]; out must not
-// overlap x.
-cudaError_t add_rmsnorm(bf16* x, const bf16* delta, const bf16* w, bf16* out, int64_t rows,
-                        int64_t dim, float eps, bool unit_offset, cudaStream_t stream);
 // out = silu(gate) * up; out may alias gate or up
 cudaError_t silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n, cudaStream_t stream);
 // x *= sigmoid(gate)

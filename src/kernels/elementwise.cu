@@ -1,6 +1,6 @@
 // Elementwise ops over flat bf16 tensors: the SwiGLU and attention-gate products, the GDN
-// decay / write gates, and bf16 <-> fp32 conversions (the residual add is fused into the norm
-// after it, add_rmsnorm in norms.cu). Grid-stride loops over 8-element chunks (one 16-byte
+// decay / write gates, and bf16 <-> fp32 conversions (the residual add is in the epilogue of the
+// product before it, CudaOps::matmul_add). Grid-stride loops over 8-element chunks (one 16-byte
 // access per operand) when every pointer is 16-byte aligned, then a scalar tail; element by
 // element otherwise. Each output is computed in fp32 from its inputs and rounded once, as
 // PyTorch's bf16 elementwise kernels do.

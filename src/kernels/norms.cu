@@ -1,17 +1,13 @@
-// Row norms: rmsnorm (HF Qwen3_5RMSNorm, optional 1 + w), add_rmsnorm (the residual add fused
-// into the rmsnorm that follows it) and gated_rmsnorm (HF Qwen3_5RMSNormGated). One kernel
-// template serves all three: a group of threads owns a row, sums its squares in fp32, and
-// rescales the row it kept in registers; only the per-op first read and epilogue differ.
-// (The GDN layer's q/k L2 norm is the epilogue of its conv, gdn_conv.cu.)
+// Row norms: rmsnorm (HF Qwen3_5RMSNorm, optional 1 + w) and gated_rmsnorm (HF
+// Qwen3_5RMSNormGated). One kernel template serves both: a group of threads owns a row, sums its
+// squares in fp32, and rescales the row it kept in registers; only the per-op first read and
+// epilogue differ. (The GDN layer's q/k L2 norm is the epilogue of its conv, gdn_conv.cu; the
+// residual adds are in the epilogues of the products that feed them, CudaOps::matmul_add.)
 //
 // Determinism: the group size depends on dim alone and chunk c of a row always goes to thread
 // c % group, summed in ascending order, then a fixed butterfly / per-warp order. A row's result
 // therefore depends only on the row, never on the batch it arrived in or on the pointers'
 // alignment (bf16x8.cuh).
-//
-// add_rmsnorm reads the residual and the delta once and writes the residual and the normed row
-// once. Its sum is rounded to bf16 before it is squared, so it computes exactly what the
-// elementwise add (one fp32 sum, one rounding) followed by rmsnorm computes, bit for bit.
 //
 // Operands other than the row itself that only the epilogue needs (gated_rmsnorm's z) are read
 // with the row, before the reduction: read after it, they would make every row wait on memory
@@ -63,34 +59,6 @@ struct RmsNormOp {
 #pragma unroll
     for (int k = 0; k < 8; ++k) y[k] = v[k] * s * (unit_offset ? 1.f + wv[k] : wv[k]);
     store8(out + r * dim + e, dim - e, vec, y);
-  }
-};
-
-// rmsnorm over x + delta: the first read of a chunk also writes the rounded sum back to x, and
-// the chunk continues as those bf16 values, so the re-read of a chunk beyond the register cache
-// (through in_row) sees the same numbers.
-struct AddRmsNormOp {
-  using Side = NoSide;
-  bf16* x;            // [rows, dim], the residual, updated in place
-  const bf16* delta;  // [rows, dim]
-  RmsNormOp norm;     // norm.x == x; norm.out must not overlap x
-
-  __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
-  __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
-    float d[8];
-    load8(x + r * dim + e, dim - e, vec, v);
-    load8(delta + r * dim + e, dim - e, vec, d);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = __bfloat162float(__float2bfloat16_rn(v[k] + d[k]));
-    store8(x + r * dim + e, dim - e, vec, v);  // bf16-exact values: stored unchanged
-  }
-  __device__ void load_side(int64_t, int64_t, int64_t, bool, Side&) const {}
-  __device__ float scale(float sum_sq, int64_t dim) const {
-    return norm.scale(sum_sq, dim);
-  }
-  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
-                         const Side& side, float s) const {
-    norm.finish(r, dim, e, vec, v, side, s);
   }
 };
 
@@ -228,14 +196,6 @@ cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64
   const bool vec =
       dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(out);
   return launch_norm(RmsNormOp{x, w, out, eps, unit_offset}, rows, dim, vec, stream);
-}
-
-cudaError_t add_rmsnorm(bf16* x, const bf16* delta, const bf16* w, bf16* out, int64_t rows,
-                        int64_t dim, float eps, bool unit_offset, cudaStream_t stream) {
-  const bool vec = dim % 8 == 0 && detail::aligned16(x) && detail::aligned16(delta) &&
-                   detail::aligned16(w) && detail::aligned16(out);
-  return launch_norm(AddRmsNormOp{x, delta, RmsNormOp{x, w, out, eps, unit_offset}}, rows, dim, vec,
-                     stream);
 }
 
 cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out, int64_t rows,

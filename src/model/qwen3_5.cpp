@@ -170,26 +170,24 @@ class Qwen35Model final : public Model {
     View hn = ops_.scratch(R, H);  // the final norm of the out rows
     ops_.embed(embed_, x);
     ops_.rmsnorm(x, layers_[0].input_norm, h, eps, true);
-    // Each residual add is fused with the norm that reads its result (add_rmsnorm): the mixer's
-    // with post_attention_layernorm, the MLP's with the next layer's input_layernorm (the final
-    // norm after the last layer).
+    // Each residual add is the epilogue of the product that feeds it (matmul_add): the mixer's
+    // output projection, then the MLP's down projection.
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerWeights& w = layers_[l];
       const bool last = l + 1 == layers_.size();
       const ScratchMark layer_start = ops_.scratch_mark();  // the layer's temporaries after it
-      View mixed = w.type == LayerType::LayerType_linear_attention ? gated_deltanet(w.gdn, h, last)
-                                                                   : attention(w.attn, h, last);
       if (last) {  // selective readout: from here on only the out rows
         ops_.gather_rows(x, xr);
         x = xr;
       }
-      View n = ops_.scratch(x.rows, H);
-      ops_.add_rmsnorm(x, mixed, w.post_norm, n, eps, true);
-      View down = mlp(w, n);
-      if (last)
-        ops_.add_rmsnorm(x, down, final_norm_, hn, eps, true);
+      if (w.type == LayerType::LayerType_linear_attention)
+        gated_deltanet(w.gdn, h, x, last);
       else
-        ops_.add_rmsnorm(x, down, layers_[l + 1].input_norm, h, eps, true);
+        attention(w.attn, h, x, last);
+      View n = ops_.scratch(x.rows, H);
+      ops_.rmsnorm(x, w.post_norm, n, eps, true);
+      mlp(w, n, x);
+      ops_.rmsnorm(x, last ? final_norm_ : layers_[l + 1].input_norm, last ? hn : h, eps, true);
       ops_.scratch_rewind(layer_start);
     }
     return readout(s, hn);
@@ -226,21 +224,20 @@ class Qwen35Model final : public Model {
   }
 
  private:
-  // down(silu(gate(n)) * up(n)) on the post-attention norm n [rows, H]; returns [rows, H] (the
-  // caller adds it to the residual).
-  View mlp(const LayerWeights& w, View n) {
+  // x += down(silu(gate(n)) * up(n)) on the post-attention norm n [rows, H]; x [rows, H] is the
+  // residual.
+  void mlp(const LayerWeights& w, View n, View x) {
     const int64_t rows = n.rows, I = cfg_.intermediate_size;
     View gate = ops_.scratch(rows, I), up = ops_.scratch(rows, I);
     ops_.matmul(n, w.mlp_gate, gate);
     ops_.matmul(n, w.mlp_up, up);
     ops_.silu_mul(gate, up, gate);
-    View out = ops_.scratch(rows, cfg_.hidden_size);
-    ops_.matmul(gate, w.mlp_down, out);
-    return out;
+    ops_.matmul_add(gate, w.mlp_down, x);
   }
 
-  // Gated DeltaNet mixer on h [T, H]; returns [T, H], or [R, H] (out rows) when `last`.
-  View gated_deltanet(const GdnWeights& w, View h, bool last) {
+  // Gated DeltaNet mixer on h [T, H], added to the residual x [T, H] (when `last`: [R, H], the
+  // out rows).
+  void gated_deltanet(const GdnWeights& w, View h, View x, bool last) {
     const Stream& s = *stream_;
     const int64_t T = h.rows, H = cfg_.hidden_size;
     const int Hk = int(cfg_.linear_num_key_heads), Hv = int(cfg_.linear_num_value_heads);
@@ -279,13 +276,12 @@ class Qwen35Model final : public Model {
     View normed = ops_.scratch(hz.rows, Vd);
     ops_.gated_rmsnorm(o.reshaped(Dv), z.reshaped(Dv), w.norm, normed.reshaped(Dv),
                        cfg_.rms_norm_eps);
-    View out = ops_.scratch(hz.rows, H);
-    ops_.matmul(normed, w.out, out);
-    return out;
+    ops_.matmul_add(normed, w.out, x);
   }
 
-  // Gated attention mixer on h [T, H]; returns [T, H], or [R, H] (out rows) when `last`.
-  View attention(const AttentionWeights& w, View h, bool last) {
+  // Gated attention mixer on h [T, H], added to the residual x [T, H] (when `last`: [R, H], the
+  // out rows).
+  void attention(const AttentionWeights& w, View h, View x, bool last) {
     const Stream& s = *stream_;
     const int64_t T = h.rows, H = cfg_.hidden_size;
     const int nh = int(cfg_.num_attention_heads), nkv = int(cfg_.num_key_value_heads);
@@ -312,9 +308,7 @@ class Qwen35Model final : public Model {
     View attn = ops_.scratch(Rq, int64_t(nh) * hd);
     ops_.attention(q, k, v, attn, which, nh, nkv, hd, 1.0 / std::sqrt(double(hd)));
     ops_.sigmoid_mul(attn, gate);
-    View out = ops_.scratch(Rq, H);
-    ops_.matmul(attn, w.o, out);
-    return out;
+    ops_.matmul_add(attn, w.o, x);
   }
 
   // LM head on the normed out rows hn [R, H]: the selected ids, and full rows where asked.

@@ -148,8 +148,9 @@ TEST_F(CudaMemory, ChecksDtypesShapesAndTheStream) {
   EXPECT_THROW(ops->matmul(f, w, out), Error);               // f32 input
   EXPECT_THROW(ops->matmul(x, w, ops->alloc(4, 4)), Error);  // shape
   EXPECT_NO_THROW(ops->matmul(x, w, ops->scratch_f32(4, 3)));
-  EXPECT_THROW(ops->add_rmsnorm(x, f, ops->alloc(1, 8), ops->alloc(4, 8), 1e-6, true), Error);
-  EXPECT_THROW(ops->add_rmsnorm(x, ops->alloc(4, 8), ops->alloc(1, 8), x, 1e-6, true), Error);
+  EXPECT_THROW(ops->matmul_add(f, w, out), Error);               // f32 input
+  EXPECT_THROW(ops->matmul_add(x, w, ops->alloc(3, 3)), Error);  // shape
+  EXPECT_NO_THROW(ops->matmul_add(x, w, ops->scratch_f32(4, 3)));
   EXPECT_THROW(ops->rmsnorm(f, ops->alloc(1, 8), f, 1e-6, true), Error);
   View ab = ops->alloc(4, 4), g = ops->alloc(4, 2);
   EXPECT_THROW(ops->gdn_gates(ab, ops->alloc(1, 2), ops->alloc(1, 2), g, g), Error);  // bf16 g

@@ -170,12 +170,13 @@ class MatmulRecorder final : public Ops {
   void synchronize() override { in_.synchronize(); }
   void embed(View t, View o) override { in_.embed(t, o); }
   void rmsnorm(View x, View w, View o, double e, bool u) override { in_.rmsnorm(x, w, o, e, u); }
-  void add_rmsnorm(View x, View d, View w, View o, double e, bool u) override {
-    in_.add_rmsnorm(x, d, w, o, e, u);
-  }
   void matmul(View x, View w, View o) override {
     calls.push_back({x.rows, w.rows, x.cols});
     in_.matmul(x, w, o);
+  }
+  void matmul_add(View x, View w, View acc) override {
+    calls.push_back({x.rows, w.rows, x.cols});
+    in_.matmul_add(x, w, acc);
   }
   void silu_mul(View g, View u, View o) override { in_.silu_mul(g, u, o); }
   void sigmoid_mul(View x, View g) override { in_.sigmoid_mul(x, g); }

@@ -1,6 +1,5 @@
-// Token-wise ops against float64 loops: embed, rmsnorm, add_rmsnorm (and its bit-identity with
-// the add and rmsnorm it fuses), matmul, silu_mul, sigmoid_mul, gather_rows; f32 and f64
-// backends over a grid of odd shapes.
+// Token-wise ops against float64 loops: embed, rmsnorm, matmul, matmul_add, silu_mul,
+// sigmoid_mul, gather_rows; f32 and f64 backends over a grid of odd shapes.
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -71,59 +70,6 @@ TEST_P(DenseTest, RmsNorm) {
   }
 }
 
-// x += delta then rmsnorm of the new x, both in double (the f32 backend rounds the sum to
-// float first: 6e-8 relative, far inside the tolerance).
-TEST_P(DenseTest, AddRmsNorm) {
-  for (bool unit_offset : {true, false}) {
-    auto gen = rng(6 + unit_offset);
-    const auto x = random_floats(gen, R() * C(), -2, 2), d = random_floats(gen, R() * C(), -2, 2);
-    const auto w = random_floats(gen, C(), -0.5, 0.5);
-    const double eps = 1e-6;
-    Device dev(dtype());
-    View xv = dev.put(R(), C(), x), out = dev.poison(R(), C());
-    dev.ops().add_rmsnorm(xv, dev.put(R(), C(), d), dev.put(1, C(), w), out, eps, unit_offset);
-    Vec sum(x.size()), ref(x.size());
-    for (size_t i = 0; i < x.size(); ++i) sum[i] = double(x[i]) + d[i];
-    for (int64_t r = 0; r < R(); ++r) {
-      double sum_sq = 0;
-      for (int64_t c = 0; c < C(); ++c) sum_sq += sum[r * C() + c] * sum[r * C() + c];
-      const double inv = 1.0 / std::sqrt(sum_sq / double(C()) + eps);
-      for (int64_t c = 0; c < C(); ++c)
-        ref[r * C() + c] = sum[r * C() + c] * inv * (unit_offset ? 1.0 + w[c] : double(w[c]));
-    }
-    const std::string context = "unit_offset " + std::to_string(unit_offset);
-    expect_close("add_rmsnorm (x)", dtype(), dev.get(xv), sum, tol(dtype()), context);
-    expect_close("add_rmsnorm (out)", dtype(), dev.get(out), ref, tol(dtype()), context);
-  }
-}
-
-// The fused op is the residual add followed by rmsnorm, bit for bit: x becomes the sum rounded
-// to the compute type (what x += delta in T gives), and out is what rmsnorm makes of that x. A
-// fused op that squared an unrounded sum, or did not store x, fails here. delta spans 40
-// binades: the sum of two floats is then inexact in double too, so the f64 backend's rounding of
-// the sum is tested as well.
-TEST_P(DenseTest, AddRmsNormIsAddThenRmsNormBitForBit) {
-  for (bool unit_offset : {true, false}) {
-    auto gen = rng(8 + unit_offset);
-    const auto x = random_floats(gen, R() * C(), -2, 2);
-    auto d = random_floats(gen, R() * C(), -2, 2);
-    std::uniform_int_distribution<int> binade(0, 40);
-    for (float& v : d) v = std::ldexp(v, -binade(gen));
-    const auto w = random_floats(gen, C(), -0.5, 0.5);
-    Device dev(dtype());
-    View xv = dev.put(R(), C(), x), wv = dev.put(1, C(), w), out = dev.poison(R(), C());
-    dev.ops().add_rmsnorm(xv, dev.put(R(), C(), d), wv, out, 1e-6, unit_offset);
-    Vec added(x.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      added[i] = dtype() == DType::DType_f64 ? double(x[i]) + double(d[i]) : double(x[i] + d[i]);
-    View normed = dev.poison(R(), C());
-    dev.ops().rmsnorm(xv, wv, normed, 1e-6, unit_offset);
-    const std::string context = "unit_offset " + std::to_string(unit_offset);
-    EXPECT_EQ(rel_err(dev.get(xv), added), 0.0) << "x " << context;
-    EXPECT_EQ(rel_err(dev.get(out), dev.get(normed)), 0.0) << "out " << context;
-  }
-}
-
 TEST_P(DenseTest, SiluMul) {
   for (bool in_place : {false, true}) {  // the model writes the product over the gate
     auto gen = rng(7 + in_place);
@@ -181,22 +127,29 @@ struct MatmulShape {
 
 class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, MatmulShape>> {};
 
+// matmul, and matmul_add onto an accumulator of the same magnitude as the product (the residual
+// stream's case): acc + x . w^T.
 TEST_P(MatmulTest, MatchesLoop) {
   const auto [dtype, sh] = GetParam();
   std::mt19937 gen(
       fresh_seed(uint32_t(sh.R * 7 + sh.K * 13 + sh.N * 17 + (dtype == DType::DType_f64))));
   const auto x = random_floats(gen, sh.R * sh.K, -1, 1), w = random_floats(gen, sh.N * sh.K, -1, 1);
+  const auto acc = random_floats(gen, sh.R * sh.N, -2, 2);
   Device dev(dtype);
-  View out = dev.poison(sh.R, sh.N);
-  dev.ops().matmul(dev.put(sh.R, sh.K, x), dev.put(sh.N, sh.K, w), out);
-  Vec ref(size_t(sh.R * sh.N));
+  View xv = dev.put(sh.R, sh.K, x), wv = dev.put(sh.N, sh.K, w);
+  View out = dev.poison(sh.R, sh.N), accv = dev.put(sh.R, sh.N, acc);
+  dev.ops().matmul(xv, wv, out);
+  dev.ops().matmul_add(xv, wv, accv);
+  Vec ref(size_t(sh.R * sh.N)), ref_add(ref.size());
   for (int64_t r = 0; r < sh.R; ++r)
     for (int64_t n = 0; n < sh.N; ++n) {
       double dot = 0;
       for (int64_t k = 0; k < sh.K; ++k) dot += double(x[r * sh.K + k]) * w[n * sh.K + k];
       ref[r * sh.N + n] = dot;
+      ref_add[r * sh.N + n] = acc[r * sh.N + n] + dot;
     }
   expect_close("matmul", dtype, dev.get(out), ref, tol(dtype));
+  expect_close("matmul_add", dtype, dev.get(accv), ref_add, tol(dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(

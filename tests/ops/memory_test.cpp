@@ -135,12 +135,10 @@ TEST_P(MemoryTest, ShapeChecks) {
   View x = dev.ops().alloc(3, 4), w = dev.ops().alloc(5, 6), out = dev.ops().alloc(3, 5);
   EXPECT_THROW(dev.ops().matmul(x, w, out), Error);
   EXPECT_THROW(dev.ops().rmsnorm(x, w, x, 1e-6, true), Error);
-  View d = dev.ops().alloc(3, 4), nw = dev.ops().alloc(1, 4), n = dev.ops().alloc(3, 4);
-  EXPECT_NO_THROW(dev.ops().add_rmsnorm(x, d, nw, n, 1e-6, true));
-  EXPECT_THROW(dev.ops().add_rmsnorm(x, out, nw, n, 1e-6, true), Error);  // delta's shape
-  EXPECT_THROW(dev.ops().add_rmsnorm(x, d, w, n, 1e-6, true), Error);     // w's shape
-  EXPECT_THROW(dev.ops().add_rmsnorm(x, d, nw, out, 1e-6, true), Error);  // out's shape
-  EXPECT_THROW(dev.ops().add_rmsnorm(x, d, nw, x, 1e-6, true), Error);    // out is x
+  View w4 = dev.ops().alloc(5, 4);
+  EXPECT_NO_THROW(dev.ops().matmul_add(x, w4, out));
+  EXPECT_THROW(dev.ops().matmul_add(x, w, out), Error);                    // w's shape
+  EXPECT_THROW(dev.ops().matmul_add(x, w4, dev.ops().alloc(3, 4)), Error);  // acc's shape
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, MemoryTest, ::testing::Values(DType::DType_f32, DType::DType_f64),

@@ -5,7 +5,7 @@
 // by area, each ending with explicit instantiations for float and double:
 //   cpu_ops.cpp    construction, the persistent and scratch arenas, transfers, the stream
 //                  (validated once per round, so that the ops index it without checks)
-//   dense.cpp      embed, rmsnorm, add_rmsnorm, matmul, silu_mul, sigmoid_mul, gather_rows
+//   dense.cpp      embed, rmsnorm, matmul, matmul_add, silu_mul, sigmoid_mul, gather_rows
 //   attention.cpp  the query and key sides (split, norm, RoPE), tree attention
 //   gdn.cpp        gdn_conv (conv + SiLU, split, q/k L2 norm), gdn_gates, gdn (chunked and
 //                  recurrent), gated_rmsnorm
@@ -60,8 +60,8 @@ class CpuOps final : public Ops {
 
   void embed(View table, View out) override;
   void rmsnorm(View x, View w, View out, double eps, bool unit_offset) override;
-  void add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) override;
   void matmul(View x, View w, View out) override;
+  void matmul_add(View x, View w, View acc) override;
   void silu_mul(View gate, View up, View out) override;
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
@@ -84,6 +84,8 @@ class CpuOps final : public Ops {
 
  private:
   static T* ptr(View v) { return static_cast<T*>(v.data); }
+  // out = x . w^T + beta out (matmul: beta 0, matmul_add: beta 1).
+  void gemm(View x, View w, View out, T beta);
   // Rows a query-side tensor holds under `which`: the stream's tokens or its out rows.
   int64_t rows_of(Rows which) const;
   // Stream row of row r of a query-side tensor.

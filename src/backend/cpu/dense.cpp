@@ -51,43 +51,30 @@ void CpuOps<T>::rmsnorm(View x, View w, View out, double eps, bool unit_offset) 
   }
 }
 
-// The squares are summed from x after the store, in rmsnorm's order, which is what makes the
-// fused op bit-identical to x += delta followed by rmsnorm.
 template <typename T>
-void CpuOps<T>::add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) {
-  FLIDE_CHECK(delta.rows == x.rows && delta.cols == x.cols && w.size() == x.cols &&
-                  out.rows == x.rows && out.cols == x.cols,
-              "x [", x.rows, ", ", x.cols, "] delta [", delta.rows, ", ", delta.cols, "] w ",
-              w.size(), " out [", out.rows, ", ", out.cols, "]");
-  FLIDE_CHECK(!overlaps(out, x), "add_rmsnorm: out must not overlap x");
-  const int64_t C = x.cols;
-#pragma omp parallel for num_threads(threads_)
-  for (int64_t r = 0; r < x.rows; ++r) {
-    T* xr = ptr(x) + r * C;
-    const T* dr = ptr(delta) + r * C;
-    T sum_sq = 0;
-    for (int64_t c = 0; c < C; ++c) {
-      xr[c] += dr[c];
-      sum_sq += xr[c] * xr[c];
-    }
-    scale_row(xr, ptr(w), ptr(out) + r * C, sum_sq, C, eps, unit_offset);
+void CpuOps<T>::gemm(View x, View w, View out, T beta) {
+  FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "x [", x.rows, ", ",
+              x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ", out.cols, "]");
+  const int64_t R = x.rows, N = w.rows, K = x.cols;
+  if (R == 0 || N == 0 || (K == 0 && beta != T(0))) return;
+  if (K == 0) return fill_zero(out);
+  if constexpr (sizeof(T) == 4) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0f, ptr(x), K, ptr(w), K, beta,
+                ptr(out), N);
+  } else {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0, ptr(x), K, ptr(w), K, beta,
+                ptr(out), N);
   }
 }
 
 template <typename T>
 void CpuOps<T>::matmul(View x, View w, View out) {
-  FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "x [", x.rows, ", ",
-              x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ", out.cols, "]");
-  const int64_t R = x.rows, N = w.rows, K = x.cols;
-  if (R == 0 || N == 0) return;
-  if (K == 0) return fill_zero(out);
-  if constexpr (sizeof(T) == 4) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0f, ptr(x), K, ptr(w), K, 0.0f,
-                ptr(out), N);
-  } else {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0, ptr(x), K, ptr(w), K, 0.0,
-                ptr(out), N);
-  }
+  gemm(x, w, out, T(0));
+}
+
+template <typename T>
+void CpuOps<T>::matmul_add(View x, View w, View acc) {
+  gemm(x, w, acc, T(1));
 }
 
 template <typename T>
@@ -126,8 +113,8 @@ void CpuOps<T>::gather_rows(View x, View out) {
 #define FLIDE_INSTANTIATE(T)                                                  \
   template void CpuOps<T>::embed(View, View);                                 \
   template void CpuOps<T>::rmsnorm(View, View, View, double, bool);           \
-  template void CpuOps<T>::add_rmsnorm(View, View, View, View, double, bool); \
   template void CpuOps<T>::matmul(View, View, View);                          \
+  template void CpuOps<T>::matmul_add(View, View, View);                      \
   template void CpuOps<T>::silu_mul(View, View, View);                        \
   template void CpuOps<T>::sigmoid_mul(View, View);                           \
   template void CpuOps<T>::gather_rows(View, View);

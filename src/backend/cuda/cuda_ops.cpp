@@ -86,22 +86,6 @@ void CudaOps::rmsnorm(View x, View w, View out, double eps, bool unit_offset) {
            "rmsnorm");
 }
 
-void CudaOps::add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) {
-  FLIDE_CHECK(delta.rows == x.rows && delta.cols == x.cols && w.size() == x.cols &&
-                  out.rows == x.rows && out.cols == x.cols,
-              "cuda add_rmsnorm: x [", x.rows, ", ", x.cols, "] delta [", delta.rows, ", ",
-              delta.cols, "] w ", w.size(), " out [", out.rows, ", ", out.cols, "]");
-  FLIDE_CHECK(!overlaps(out, x), "cuda add_rmsnorm: out must not overlap x");
-  bf16* xp = as_bf16(x, "add_rmsnorm", "x");
-  const bf16* dp = as_bf16(delta, "add_rmsnorm", "delta");
-  const bf16* wp = as_bf16(w, "add_rmsnorm", "w");
-  bf16* op = as_bf16(out, "add_rmsnorm", "out");
-  if (x.size() == 0) return;
-  if (!op_begin({x, delta, w, out})) return;
-  launched(kernels::add_rmsnorm(xp, dp, wp, op, x.rows, x.cols, float(eps), unit_offset, stream_),
-           "add_rmsnorm");
-}
-
 void CudaOps::silu_mul(View gate, View up, View out) {
   FLIDE_CHECK(gate.size() == up.size() && out.size() == gate.size(), "cuda silu_mul: gate ",
               gate.size(), " up ", up.size(), " out ", out.size());

@@ -8,7 +8,7 @@
 //                      transfers (pinned staging), describe()
 //   stream_upload.cpp  set_stream: validates the round's Stream, uploads its arrays and builds
 //                      the two tree-attention plans (Rows_all, Rows_out) in one pinned copy
-//   gemm.cpp           matmul (cuBLASLt, descriptors and heuristics cached per shape)
+//   gemm.cpp           matmul, matmul_add (cuBLASLt, descriptors and heuristics cached per shape)
 //   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace)
 //   profiler.cpp       set_profiling / profile_report: per-op GPU time (profiler.h)
 //   graphs.cpp         set_graphs: one CUDA graph per capacity bucket of padded rounds
@@ -79,8 +79,8 @@ class CudaOps final : public Ops {
 
   void embed(View table, View out) override;
   void rmsnorm(View x, View w, View out, double eps, bool unit_offset) override;
-  void add_rmsnorm(View x, View delta, View w, View out, double eps, bool unit_offset) override;
   void matmul(View x, View w, View out) override;
+  void matmul_add(View x, View w, View acc) override;
   void silu_mul(View gate, View up, View out) override;
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
@@ -254,6 +254,8 @@ class CudaOps final : public Ops {
   // (M, N, K, out dtype, alignment of x, w, out in bytes)
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int>;
   const GemmPlan& gemm_plan(const GemmKey& key);
+  // matmul (out = x . w^T) or, accumulating, matmul_add (out += x . w^T).
+  void gemm(View x, View w, View out, bool accumulate);
   static void destroy_plan(GemmPlan& plan) noexcept;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;  // the fallback's handle

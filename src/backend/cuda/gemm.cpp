@@ -1,5 +1,7 @@
-// CudaOps::matmul through cuBLASLt: bf16 inputs, fp32 compute and scale (CUBLAS_COMPUTE_32F),
-// bf16 or fp32 output per out.dtype, on the backend stream with a 32 MiB workspace.
+// CudaOps::matmul and matmul_add through cuBLASLt: bf16 inputs, fp32 compute and scale
+// (CUBLAS_COMPUTE_32F), bf16 or fp32 output per out.dtype, on the backend stream with a 32 MiB
+// workspace. matmul_add is the same product with beta = 1 and C = D = the accumulator: the
+// heuristic's algorithm serves both (it does not depend on beta), so they share plans.
 //
 // Layout: cuBLASLt is column-major, our views row-major. A row-major [r, c] matrix is the
 // column-major [c, r] matrix with leading dimension c, so
@@ -127,20 +129,30 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
 }
 
 void CudaOps::matmul(View x, View w, View out) {
-  FLIDE_CHECK(x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16, "cuda matmul: x is ",
-              dtype_name(x.dtype), ", w is ", dtype_name(w.dtype), "; both must be bf16");
-  FLIDE_CHECK(out.dtype == DType::DType_bf16 || out.dtype == DType::DType_f32,
-              "cuda matmul: out is ", dtype_name(out.dtype), "; must be bf16 or f32");
-  FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "cuda matmul: x [",
-              x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] out [", out.rows, ", ",
-              out.cols, "]");
+  gemm(x, w, out, false);
+}
+
+void CudaOps::matmul_add(View x, View w, View acc) {
+  gemm(x, w, acc, true);
+}
+
+void CudaOps::gemm(View x, View w, View out, bool accumulate) {
+  const char* op = accumulate ? "matmul_add" : "matmul";
+  FLIDE_CHECK(x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16, "cuda ", op,
+              ": x is ", dtype_name(x.dtype), ", w is ", dtype_name(w.dtype), "; both must be bf16");
+  FLIDE_CHECK(out.dtype == DType::DType_bf16 || out.dtype == DType::DType_f32, "cuda ", op, ": ",
+              accumulate ? "acc" : "out", " is ", dtype_name(out.dtype), "; must be bf16 or f32");
+  FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "cuda ", op, ": x [",
+              x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] ", accumulate ? "acc" : "out",
+              " [", out.rows, ", ", out.cols, "]");
   const int64_t M = x.rows, N = w.rows, K = x.cols;
-  if (M == 0 || N == 0) return;
+  if (M == 0 || N == 0 || (K == 0 && accumulate)) return;
   if (K == 0) return fill_zero(out);
   const GemmKey key{
       M, N, K, int(out.dtype), alignment_of(x.data), alignment_of(w.data), alignment_of(out.data)};
   const GemmPlan& p = gemm_plan(key);
-  const float alpha = 1.0f, beta = 0.0f;
+  // beta = 1 reads C = out before the sum is rounded to it (D = out too: in place).
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // The plan lookup above (a heuristic call on a new shape) stays outside the profiled span.
   if (!op_begin_shaped({x, w, out}, {}, M, N, K)) return;
   if (p.gemm_ex) {  // the layout of the comment at the top, as cuBLAS arguments
@@ -150,18 +162,18 @@ void CudaOps::matmul(View x, View w, View out) {
                      CUDA_R_16BF, int(K), x.data, CUDA_R_16BF, int(K), &beta, out.data, c_type,
                      int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
-      throw Error(
-          cat("cuda backend: matmul x [", M, ", ", K, "] . w [", N, ", ", K,
-              "]^T: cublasGemmEx (cuBLASLt offered no algorithm): ", cublasGetStatusString(st)));
-    return launched(cudaSuccess, "matmul (cublasGemmEx)");
+      throw Error(cat("cuda backend: ", op, " x [", M, ", ", K, "] . w [", N, ", ", K,
+                      "]^T: cublasGemmEx (cuBLASLt offered no algorithm): ",
+                      cublasGetStatusString(st)));
+    return launched(cudaSuccess, accumulate ? "matmul_add (cublasGemmEx)" : "matmul (cublasGemmEx)");
   }
   const cublasStatus_t st =
       cublasLtMatmul(lt_, p.desc, &alpha, w.data, p.a, x.data, p.b, &beta, out.data, p.c, out.data,
                      p.c, &p.algo, gemm_workspace_, kGemmWorkspaceBytes, stream_);
   if (st != CUBLAS_STATUS_SUCCESS)
-    throw Error(cat("cuda backend: matmul x [", M, ", ", K, "] . w [", N, ", ", K,
+    throw Error(cat("cuda backend: ", op, " x [", M, ", ", K, "] . w [", N, ", ", K,
                     "]^T: cublasLtMatmul: ", cublasLtGetStatusString(st)));
-  launched(cudaSuccess, "matmul");
+  launched(cudaSuccess, op);
 }
 
 }  // namespace flide
