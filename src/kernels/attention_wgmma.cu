@@ -12,6 +12,8 @@
 // Shared memory (1024-byte aligned, wgmma.cuh's 128-byte swizzle): Q [kM rows][256] (64 KB),
 // then two stages of K and V [kN keys][256] (32 KB each), then the row table. Q and K are read
 // K-major (k = the head dim, contiguous), V MN-major (n = the head dim, contiguous).
+#include <type_traits>
+
 #include "kernels/attention_tile.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/wgmma.cuh"
@@ -45,9 +47,11 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
   RowPair rp(rows, warp, lane);
   const uint32_t q_rows = sQ + uint32_t(warp / 4) * 64 * 128;  // the warpgroup's 64 rows
 
+  // O is first written by block 0's P V (scale-d 0), not zeroed here: zeros stored before the
+  // walk meet, at the loop's head, the P V the previous block leaves in flight, and ptxas then
+  // serializes every wgmma. (Block 0's rescale reads it unset; the P V that follows discards
+  // what it made.)
   float o[kHd / 8][4];
-#pragma unroll
-  for (int dn = 0; dn < kHd / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
 
   // A stage: K then V, each [kN keys][kHd] swizzled.
   auto load_stage = [&](int stage, const KeyBlock& b) {
@@ -55,27 +59,49 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
     load_kv_rows<kHd>(
         p, kvh, b, tid, [&](int row, int c) { return wgmma::swizzled(at, kN, row, c); }, kKVBytes);
   };
-  auto products = [&](int stage, const KeyBlock& blk) {
+
+  // The walk over two K/V stages with one barrier a block: block b's O += P V is left in flight
+  // through the wait for block b + 1's copies and that barrier, and retired just before it, so
+  // the barrier also says that every warpgroup is done with block b's stage. Block b + 2's
+  // copies into it go out once block b + 1's S is in registers; their lead time is that block's
+  // softmax and P V.
+  Cursor cur = path_cursor(p, parent);
+  KeyBlock blk;
+  bool have = next_block(cur, p, rows.lo, rows.hi, blk);
+  if (have) load_stage(0, blk);
+  cp_async_commit();  // Q and stage 0
+  bool first = true;
+  for (int stage = 0; have; stage ^= 1) {
+    wgmma::wait<0>();  // block b - 1's P V
+    cp_async_wait<0>();
+    wgmma::fence_async_shared();
+    __syncthreads();  // block b has landed, block b - 1's stage is free, for every thread
     const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;
 
     // S = Q K^T: 16 k-steps of the head dim, 4 per 64-column chunk.
     float s[kN / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < kHd / 16; ++ks) {
+    const auto s_step = [&](auto accumulate, int ks) {
       const uint32_t k_off = uint32_t(ks & 3) * 32;
-      wgmma::mma_ss(s, wgmma::descriptor(q_rows + (ks >> 2) * kQChunk + k_off, 16, 1024),
-                    wgmma::descriptor(sK + (ks >> 2) * kKVChunk + k_off, 16, 1024));
-    }
+      wgmma::mma_ss<decltype(accumulate)::value>(
+          s, wgmma::descriptor(q_rows + (ks >> 2) * kQChunk + k_off, 16, 1024),
+          wgmma::descriptor(sK + (ks >> 2) * kKVChunk + k_off, 16, 1024));
+    };
+    wgmma::fence();
+    s_step(std::false_type{}, 0);
+#pragma unroll
+    for (int ks = 1; ks < kHd / 16; ++ks) s_step(std::true_type{}, ks);
     wgmma::commit();
     wgmma::wait<0>();
-    rescale(o, softmax_block(s, rp, blk, p.scale_log2, quad_t));
+    KeyBlock next;
+    const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
+    if (have_next) load_stage(stage ^ 1, next);
+    cp_async_commit();
 
+    rescale(o, softmax_block(s, rp, blk, p.scale_log2, quad_t));
     // O += P V: 4 k-steps of the block's keys, each over the 4 64-column chunks of the head dim.
     // P's fragments are packed first: registers wgmma reads must not be written between fence
-    // and commit.
+    // and commit (nor, since the wait comes a block later, before it: a is not touched again
+    // until then).
     uint32_t a[kN / 16][4];
 #pragma unroll
     for (int ks = 0; ks < kN / 16; ++ks) p_fragment(a[ks], s, ks);
@@ -85,11 +111,17 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
 #pragma unroll
       for (int c = 0; c < kHd / 64; ++c)
         wgmma::mma_rs_bt(*reinterpret_cast<float(*)[8][4]>(&o[8 * c]), a[ks],
-                         wgmma::descriptor(sV + c * kKVChunk + ks * 16 * 128, kKVChunk, 1024));
+                         wgmma::descriptor(sV + c * kKVChunk + ks * 16 * 128, kKVChunk, 1024),
+                         !first || ks > 0);
     wgmma::commit();
-    wgmma::wait<0>();
-  };
-  walk_key_blocks(p, parent, rows.lo, rows.hi, load_stage, wgmma::fence_async_shared, products);
+    first = false;
+    blk = next;
+    have = have_next;
+  }
+  wgmma::wait<0>();
+  if (first)  // no key block (every row sees at least itself, so never in practice)
+#pragma unroll
+    for (int dn = 0; dn < kHd / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
   store_rows<kHd>(o, rp, rows, p, quad_t);
 }
 

@@ -43,37 +43,49 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-#define FLIDE_WGMMA_D32                                                                         \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),     \
-      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), \
-      "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), \
-      "+f"(d[7][2]), "+f"(d[7][3])
+#define FLIDE_WGMMA_D32(c)                                                                        \
+  c(d[0][0]), c(d[0][1]), c(d[0][2]), c(d[0][3]), c(d[1][0]), c(d[1][1]), c(d[1][2]), c(d[1][3]), \
+      c(d[2][0]), c(d[2][1]), c(d[2][2]), c(d[2][3]), c(d[3][0]), c(d[3][1]), c(d[3][2]),         \
+      c(d[3][3]), c(d[4][0]), c(d[4][1]), c(d[4][2]), c(d[4][3]), c(d[5][0]), c(d[5][1]),         \
+      c(d[5][2]), c(d[5][3]), c(d[6][0]), c(d[6][1]), c(d[6][2]), c(d[6][3]), c(d[7][0]),         \
+      c(d[7][1]), c(d[7][2]), c(d[7][3])
 #define FLIDE_WGMMA_D32_LIST                                                                    \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
 // (scale-d is a predicate: 1 accumulates into d.)
-// d[64 x 64] += A[64 x 16] B[16 x 64], both from shared memory, both K-major. d: the warp's 16
-// rows in m16n8 accumulator layout, n-tile i = d[i].
+// d[64 x 64] = A[64 x 16] B[16 x 64] (+ d when kAccumulate), both operands from shared memory,
+// both K-major. d: the warp's 16 rows in m16n8 accumulator layout, n-tile i = d[i]. A product's
+// first k-step (kAccumulate = false) writes d without reading it, so no instruction has to zero
+// d first: the compiler may place such instructions while another wgmma is in flight, and ptxas
+// then serializes every wgmma.
+template <bool kAccumulate>
 __device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
-      ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : FLIDE_WGMMA_D32
-      : "l"(a), "l"(b), "r"(1));
+  if constexpr (kAccumulate)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
+        ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FLIDE_WGMMA_D32("+f")
+        : "l"(a), "l"(b), "r"(1));
+  else
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
+        ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FLIDE_WGMMA_D32("=f")
+        : "l"(a), "l"(b), "r"(0));
 }
-// d[64 x 64] += A[64 x 16] B[16 x 64], A from registers (the warp's 16 rows as an m16n8k16 A
-// fragment), B from shared memory, MN-major (transposed).
-__device__ __forceinline__ void mma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+// d[64 x 64] = A[64 x 16] B[16 x 64] (+ d when accumulate), A from registers (the warp's 16 rows
+// as an m16n8k16 A fragment), B from shared memory, MN-major (transposed).
+__device__ __forceinline__ void mma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                          bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
       ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : FLIDE_WGMMA_D32
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+      : FLIDE_WGMMA_D32("+f")
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
 }
 #undef FLIDE_WGMMA_D32
 #undef FLIDE_WGMMA_D32_LIST
