@@ -1,7 +1,7 @@
 // Token-wise ops and the readout on the CUDA backend against the CPU float64 backend, on the
 // same bf16-exact random inputs (cuda_test_util.h): embed, rmsnorm, matmul and matmul_add
-// (cuBLASLt, bf16 and f32 outputs, odd and badly aligned shapes), silu_mul, sigmoid_mul, gather_rows, select_logits. Outputs start as NaN on
-// both sides.
+// (cuBLASLt, bf16 and f32 outputs, odd and badly aligned shapes), silu_mul, sigmoid_mul,
+// gather_rows, select_logits. Outputs start as NaN on both sides.
 #include <random>
 #include <tuple>
 

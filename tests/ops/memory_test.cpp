@@ -137,7 +137,7 @@ TEST_P(MemoryTest, ShapeChecks) {
   EXPECT_THROW(dev.ops().rmsnorm(x, w, x, 1e-6, true), Error);
   View w4 = dev.ops().alloc(5, 4);
   EXPECT_NO_THROW(dev.ops().matmul_add(x, w4, out));
-  EXPECT_THROW(dev.ops().matmul_add(x, w, out), Error);                    // w's shape
+  EXPECT_THROW(dev.ops().matmul_add(x, w, out), Error);                     // w's shape
   EXPECT_THROW(dev.ops().matmul_add(x, w4, dev.ops().alloc(3, 4)), Error);  // acc's shape
 }
 

@@ -110,13 +110,13 @@ void CpuOps<T>::gather_rows(View x, View out) {
   }
 }
 
-#define FLIDE_INSTANTIATE(T)                                                  \
-  template void CpuOps<T>::embed(View, View);                                 \
-  template void CpuOps<T>::rmsnorm(View, View, View, double, bool);           \
-  template void CpuOps<T>::matmul(View, View, View);                          \
-  template void CpuOps<T>::matmul_add(View, View, View);                      \
-  template void CpuOps<T>::silu_mul(View, View, View);                        \
-  template void CpuOps<T>::sigmoid_mul(View, View);                           \
+#define FLIDE_INSTANTIATE(T)                                        \
+  template void CpuOps<T>::embed(View, View);                       \
+  template void CpuOps<T>::rmsnorm(View, View, View, double, bool); \
+  template void CpuOps<T>::matmul(View, View, View);                \
+  template void CpuOps<T>::matmul_add(View, View, View);            \
+  template void CpuOps<T>::silu_mul(View, View, View);              \
+  template void CpuOps<T>::sigmoid_mul(View, View);                 \
   template void CpuOps<T>::gather_rows(View, View);
 FLIDE_INSTANTIATE(float)
 FLIDE_INSTANTIATE(double)

@@ -138,8 +138,8 @@ void CudaOps::matmul_add(View x, View w, View acc) {
 
 void CudaOps::gemm(View x, View w, View out, bool accumulate) {
   const char* op = accumulate ? "matmul_add" : "matmul";
-  FLIDE_CHECK(x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16, "cuda ", op,
-              ": x is ", dtype_name(x.dtype), ", w is ", dtype_name(w.dtype), "; both must be bf16");
+  FLIDE_CHECK(x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16, "cuda ", op, ": x is ",
+              dtype_name(x.dtype), ", w is ", dtype_name(w.dtype), "; both must be bf16");
   FLIDE_CHECK(out.dtype == DType::DType_bf16 || out.dtype == DType::DType_f32, "cuda ", op, ": ",
               accumulate ? "acc" : "out", " is ", dtype_name(out.dtype), "; must be bf16 or f32");
   FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "cuda ", op, ": x [",
@@ -162,10 +162,11 @@ void CudaOps::gemm(View x, View w, View out, bool accumulate) {
                      CUDA_R_16BF, int(K), x.data, CUDA_R_16BF, int(K), &beta, out.data, c_type,
                      int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
-      throw Error(cat("cuda backend: ", op, " x [", M, ", ", K, "] . w [", N, ", ", K,
-                      "]^T: cublasGemmEx (cuBLASLt offered no algorithm): ",
-                      cublasGetStatusString(st)));
-    return launched(cudaSuccess, accumulate ? "matmul_add (cublasGemmEx)" : "matmul (cublasGemmEx)");
+      throw Error(
+          cat("cuda backend: ", op, " x [", M, ", ", K, "] . w [", N, ", ", K,
+              "]^T: cublasGemmEx (cuBLASLt offered no algorithm): ", cublasGetStatusString(st)));
+    return launched(cudaSuccess,
+                    accumulate ? "matmul_add (cublasGemmEx)" : "matmul (cublasGemmEx)");
   }
   const cublasStatus_t st =
       cublasLtMatmul(lt_, p.desc, &alpha, w.data, p.a, x.data, p.b, &beta, out.data, p.c, out.data,
