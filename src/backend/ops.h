@@ -87,9 +87,10 @@ class Ops {
   virtual void rmsnorm(View x, View w, View out, double eps, bool unit_offset) = 0;
   // out[R, N] = x[R, K] . w[N, K]^T
   virtual void matmul(View x, View w, View out) = 0;
-  // acc[R, N] += x[R, K] . w[N, K]^T, the sum rounded once to acc's dtype: a residual add in the
-  // product that feeds it, so the residual is read and written once with the product's output
-  // instead of the product being written and read back by a separate add.
+  // acc[R, N] += x[R, K] . w[N, K]^T, added in the product's accumulation (CUDA: fp32, acc's
+  // bf16 read in and the sum rounded once): a residual add in the product that feeds it, so the
+  // residual is read and written once with the product's output instead of the product being
+  // written and read back by a separate add.
   virtual void matmul_add(View x, View w, View acc) = 0;
   // out = silu(gate) * up; out may alias gate or up
   virtual void silu_mul(View gate, View up, View out) = 0;
