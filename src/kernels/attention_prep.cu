@@ -47,33 +47,6 @@ __host__ __device__ inline int slice_floats(int rot) {
   return (rot + 7) / 8 * 8;
 }
 
-// A chunk's 8 bf16 values as they are in memory (missing elements 0), and widened to fp32.
-__device__ __forceinline__ uint4 load_chunk(const bf16* p, int valid, bool vec) {
-  if (vec && valid >= 8) return *reinterpret_cast<const uint4*>(p);
-  uint32_t h[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-  for (int k = 0; k < 8; ++k)
-    if (k < valid) h[k / 2] |= uint32_t(__bfloat16_as_ushort(p[k])) << (16 * (k % 2));
-  return make_uint4(h[0], h[1], h[2], h[3]);
-}
-__device__ __forceinline__ void store_chunk(bf16* p, int valid, bool vec, uint4 u) {
-  if (vec && valid >= 8) {
-    *reinterpret_cast<uint4*>(p) = u;
-    return;
-  }
-  const uint32_t h[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 8; ++k)
-    if (k < valid)
-      p[k] = __ushort_as_bfloat16(static_cast<unsigned short>(h[k / 2] >> (16 * (k % 2))));
-}
-__device__ __forceinline__ void widen(uint4 u, float (&f)[8]) {
-  const uint32_t h[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 8; ++k)
-    f[k] = __uint_as_float(k % 2 == 0 ? h[k / 2] << 16 : h[k / 2] & 0xffff0000u);
-}
-
 __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const PrepArgs a) {
   extern __shared__ __align__(16) float smem[];
   const int half = a.rot / 2;
@@ -101,15 +74,15 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
       h = int(first + b - r * a.heads);
       return true;
     };
-    uint4 xs[kBatch], gs[kBatch];
+    detail::Raw<8> xs[kBatch], gs[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       int64_t r;
       int h;
       if (!task(b, r, h)) continue;
       const bf16* src = a.src + r * a.src_ld + h * a.src_head + d0;
-      xs[b] = load_chunk(src, valid, a.vec);
-      if (a.gate) gs[b] = load_chunk(src + a.hd, valid, a.vec);
+      xs[b] = detail::load_raw8(src, valid, a.vec);
+      if (a.gate) gs[b] = detail::load_raw8(src + a.hd, valid, a.vec);
     }
     if (a.gate) {  // copied as it is, beside the query
 #pragma unroll
@@ -117,7 +90,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
         int64_t r;
         int h;
         if (!task(b, r, h)) continue;
-        store_chunk(a.gate + r * out_ld + int64_t(h) * a.hd + d0, valid, a.vec, gs[b]);
+        detail::store_raw8(a.gate + r * out_ld + int64_t(h) * a.hd + d0, valid, a.vec, gs[b]);
       }
     }
 #pragma unroll
@@ -126,7 +99,8 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
       int h;
       if (!task(b, r, h)) continue;
       float x[8];
-      widen(xs[b], x);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[k] = detail::raw_at(xs[b], k);
       float sum_sq = 0.f;
 #pragma unroll
       for (int k = 0; k < 8; ++k) sum_sq += x[k] * x[k];

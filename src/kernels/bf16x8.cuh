@@ -1,8 +1,9 @@
 // Device helpers shared by the dense kernels (norms.cu, elementwise.cu, readout.cu,
 // attention_prep.cu) and the Gated DeltaNet conv (gdn_conv.cu): 8-element bf16 chunks moved as
-// one 16-byte access, unpacked to fp32 for the arithmetic; two values packed as a bf16 pair (also
-// the mma fragments' packing, mma_bf16.cuh); the RMS norm's factor; lane-group sums; the
-// pointer-alignment test of their launchers (and of the chunked delta rule's, gdn_chunk.cu).
+// one 16-byte access, unpacked to fp32 for the arithmetic or kept as raw bf16 bits where they are
+// only copied; two values packed as a bf16 pair (also the mma fragments' packing, mma_bf16.cuh);
+// the RMS norm's factor; lane-group sums; the pointer-alignment test of their launchers (and of
+// the chunked delta rule's, gdn_chunk.cu).
 //
 // A chunk is elements [8c, 8c + 8) of a row. A kernel takes the vector path only when every
 // pointer it touches is 16-byte aligned and every row starts on a chunk boundary (the caller's
@@ -67,6 +68,79 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, int64_t valid, bool vec
     for (int k = 0; k < 8; ++k)
       if (k < valid) p[k] = __float2bfloat16_rn(f[k]);
   }
+}
+
+// kVec raw bf16 values, two to a 32-bit word (the even element in the low half), only ever
+// copied or widened exactly: the conv's ring slots, history rows and window entries
+// (gdn_conv.cu), attention_prep's chunks.
+template <int kVec>
+struct Raw {
+  uint32_t h[(kVec + 1) / 2];
+};
+
+// A whole vector from p, aligned to its size.
+template <int kVec>
+__device__ __forceinline__ Raw<kVec> load_raw(const __nv_bfloat16* p) {
+  Raw<kVec> r;
+  if constexpr (kVec == 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    r.h[0] = u.x, r.h[1] = u.y, r.h[2] = u.z, r.h[3] = u.w;
+  } else if constexpr (kVec == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    r.h[0] = u.x, r.h[1] = u.y;
+  } else if constexpr (kVec == 2) {
+    r.h[0] = *reinterpret_cast<const uint32_t*>(p);
+  } else {
+    r.h[0] = __bfloat16_as_ushort(*p);
+  }
+  return r;
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_raw(__nv_bfloat16* p, const Raw<kVec>& r) {
+  if constexpr (kVec == 8) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(r.h[0], r.h[1], r.h[2], r.h[3]);
+  } else if constexpr (kVec == 4) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(r.h[0], r.h[1]);
+  } else if constexpr (kVec == 2) {
+    *reinterpret_cast<uint32_t*>(p) = r.h[0];
+  } else {
+    *p = __ushort_as_bfloat16(static_cast<unsigned short>(r.h[0]));
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ Raw<kVec> zero_raw() {
+  Raw<kVec> r;
+#pragma unroll
+  for (int i = 0; i < (kVec + 1) / 2; ++i) r.h[i] = 0u;
+  return r;
+}
+
+// Element v widened to fp32 (exact).
+template <int kVec>
+__device__ __forceinline__ float raw_at(const Raw<kVec>& r, int v) {
+  const uint32_t u = r.h[v / 2];
+  return __uint_as_float(v % 2 == 0 ? u << 16 : u & 0xffff0000u);
+}
+
+// A chunk (the file top) as raw values: `valid` elements of the row left from p, missing ones 0.
+__device__ __forceinline__ Raw<8> load_raw8(const __nv_bfloat16* p, int64_t valid, bool vec) {
+  if (vec && valid >= 8) return load_raw<8>(p);
+  Raw<8> r = zero_raw<8>();
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (k < valid) r.h[k / 2] |= uint32_t(__bfloat16_as_ushort(p[k])) << (16 * (k % 2));
+  return r;
+}
+
+__device__ __forceinline__ void store_raw8(__nv_bfloat16* p, int64_t valid, bool vec,
+                                           const Raw<8>& r) {
+  if (vec && valid >= 8) return store_raw<8>(p, r);
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (k < valid)
+      p[k] = __ushort_as_bfloat16(static_cast<unsigned short>(r.h[k / 2] >> (16 * (k % 2))));
 }
 
 // Two fp32 values rounded to bf16 and packed, lo in the low half (one register of a bf16 pair).

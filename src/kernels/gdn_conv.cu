@@ -41,6 +41,12 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
+using detail::load_raw;
+using detail::Raw;
+using detail::raw_at;
+using detail::store_raw;
+using detail::zero_raw;
+
 constexpr int kThreads = 128;
 constexpr int kRows = 32;  // stream rows per tile
 constexpr int kRun = 4;    // rows a thread computes between two waits for its copies
@@ -56,51 +62,6 @@ __device__ __forceinline__ T greater(T a, T b) {
   return a < b ? b : a;
 }
 
-// kVec raw bf16 values, two to a 32-bit word: a ring slot, a loaded history row or a window
-// entry, only ever copied or widened exactly.
-template <int kVec>
-struct Raw {
-  uint32_t h[(kVec + 1) / 2];
-};
-
-template <int kVec>
-__device__ __forceinline__ Raw<kVec> load_raw(const bf16* p) {
-  Raw<kVec> r;
-  if constexpr (kVec == 8) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    r.h[0] = u.x, r.h[1] = u.y, r.h[2] = u.z, r.h[3] = u.w;
-  } else if constexpr (kVec == 4) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    r.h[0] = u.x, r.h[1] = u.y;
-  } else if constexpr (kVec == 2) {
-    r.h[0] = *reinterpret_cast<const uint32_t*>(p);
-  } else {
-    r.h[0] = __bfloat16_as_ushort(*p);
-  }
-  return r;
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_raw(bf16* p, const Raw<kVec>& r) {
-  if constexpr (kVec == 8) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(r.h[0], r.h[1], r.h[2], r.h[3]);
-  } else if constexpr (kVec == 4) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(r.h[0], r.h[1]);
-  } else if constexpr (kVec == 2) {
-    *reinterpret_cast<uint32_t*>(p) = r.h[0];
-  } else {
-    *p = __ushort_as_bfloat16(static_cast<unsigned short>(r.h[0]));
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ Raw<kVec> zero_raw() {
-  Raw<kVec> r;
-#pragma unroll
-  for (int i = 0; i < (kVec + 1) / 2; ++i) r.h[i] = 0u;
-  return r;
-}
-
 // Row input src into a thread's ring slot: asynchronously, except for single channels (cp.async
 // copies at least 4 bytes).
 template <int kVec>
@@ -109,13 +70,6 @@ __device__ __forceinline__ void copy_row(Raw<kVec>* slot, const bf16* src) {
     detail::cp_async<kVec* int(sizeof(bf16))>(slot, src);
   else
     *slot = load_raw<kVec>(src);
-}
-
-// Element v widened to fp32 (exact).
-template <int kVec>
-__device__ __forceinline__ float raw_at(const Raw<kVec>& r, int v) {
-  const uint32_t u = r.h[v / 2];
-  return __uint_as_float(v % 2 == 0 ? u << 16 : u & 0xffff0000u);
 }
 
 template <int kVec>
