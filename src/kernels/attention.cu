@@ -26,9 +26,9 @@
 // fragments, operands come from shared memory by ldmatrix (.trans for V). Shared rows are
 // padded by 16 bytes, so ldmatrix's 8 row addresses hit 8 distinct bank quads. Head dims that
 // are not a multiple of 16 (24) are zero-padded in shared memory to the next one.
-// hd 128: 1 CTA/SM (by registers); hd <= 64: 2 CTAs/SM. hd 256 (every Qwen3.5 size) runs the
-// same walk with its two products on wgmma instead (attention_wgmma.cu); attention_tile.cuh holds
-// what the two kernels share.
+// hd 128: 1 CTA/SM (by registers); hd <= 64: 2 CTAs/SM. hd 256 (every Qwen3.5 size) runs its
+// two products on wgmma instead, with one barrier a block (attention_wgmma.cu);
+// attention_tile.cuh holds what the two kernels share.
 //
 // Numerics: scores s * scale * log2(e) in fp32, exp2; the running max starts at a finite
 // sentinel (-1e30) and masked scores are -inf, so exp2(masked - max) is exactly 0, the rescale
@@ -83,6 +83,31 @@ struct Shape {
 using detail::ldsm_x4;
 using detail::ldsm_x4_trans;
 using detail::mma_bf16;
+
+// The walk over two K/V stages: block b computes from stage b & 1 while block b + 1 loads into
+// the other. load(stage, block) issues a stage's copies (the first joins the Q copies already
+// issued, in one commit group); compute(stage, block) runs the block's two products.
+template <class Load, class Compute>
+__device__ __forceinline__ void walk_key_blocks(const Params& p, int parent, const int* s_lo,
+                                                const int* s_hi, Load load, Compute compute) {
+  Cursor cur = path_cursor(p, parent);
+  KeyBlock blk;
+  bool have = next_block(cur, p, s_lo, s_hi, blk);
+  if (have) load(0, blk);
+  cp_async_commit();  // Q and stage 0
+  for (int stage = 0; have; stage ^= 1) {
+    __syncthreads();  // every warp is done with the other stage (block b - 1)
+    KeyBlock next;
+    const bool have_next = next_block(cur, p, s_lo, s_hi, next);
+    if (have_next) load(stage ^ 1, next);
+    cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
+    cp_async_wait<1>();
+    __syncthreads();  // block b's K and V (and Q) have landed for every thread
+    compute(stage, blk);
+    blk = next;
+    have = have_next;
+  }
+}
 
 template <int HD, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(const Params p) {
@@ -164,8 +189,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
       }
     }
   };
-  walk_key_blocks(
-      p, parent, rows.lo, rows.hi, load_stage, [] {}, products);
+  walk_key_blocks(p, parent, rows.lo, rows.hi, load_stage, products);
   store_rows<HD>(o, rp, rows, p, quad_t);
 }
 

@@ -1,8 +1,9 @@
 // What the tree-attention kernels share (attention.cu: the planner, the mma.sync kernel for every
 // head dim; attention_wgmma.cu: the wgmma kernel for hd 256): the plan's layout, the launch
 // parameters, the key-block cursor, and the per-row steps around the two products (the CTA's
-// row table, the masked online softmax of one key block, the final store). attention.cu's header
-// says how the work is split and why.
+// row table, the masked online softmax of one key block, the final store). Each kernel walks its
+// key blocks its own way (the wgmma kernel keeps a P V in flight across blocks). attention.cu's
+// header says how the work is split and why.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -110,35 +111,6 @@ __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, const int
   b.own = c.own;
   c.pos = b.ke;
   return true;
-}
-
-// The walk over two K/V stages: block b computes from stage b & 1 while block b + 1 loads into
-// the other. load(stage, block) issues a stage's copies (the first joins the Q copies already
-// issued, in one commit group); landed() runs once a block's copies are this thread's to read,
-// before the barrier that makes them every thread's (wgmma adds its async-proxy fence there);
-// compute(stage, block) runs the block's two products.
-template <class Load, class Landed, class Compute>
-__device__ __forceinline__ void walk_key_blocks(const Params& p, int parent, const int* s_lo,
-                                                const int* s_hi, Load load, Landed landed,
-                                                Compute compute) {
-  Cursor cur = path_cursor(p, parent);
-  KeyBlock blk;
-  bool have = next_block(cur, p, s_lo, s_hi, blk);
-  if (have) load(0, blk);
-  cp_async_commit();  // Q and stage 0
-  for (int stage = 0; have; stage ^= 1) {
-    __syncthreads();  // every warp is done with the other stage (block b - 1)
-    KeyBlock next;
-    const bool have_next = next_block(cur, p, s_lo, s_hi, next);
-    if (have_next) load(stage ^ 1, next);
-    cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
-    cp_async_wait<1>();
-    landed();
-    __syncthreads();  // block b's K and V (and Q) have landed for every thread
-    compute(stage, blk);
-    blk = next;
-    have = have_next;
-  }
 }
 
 // The CTA's rows: threads < kM fill the table of its packed rows, kM entries each: q / out row

@@ -1,6 +1,7 @@
-// Tree attention for head dim 256 on Hopper warpgroup MMA. The same plan, grid, key-block walk,
+// Tree attention for head dim 256 on Hopper warpgroup MMA. The same plan, grid, key-block order,
 // masks and online softmax as the mma.sync kernel (attention.cu), and the same numerics (bf16
-// products, fp32 accumulation, P rounded to bf16); only the two products move to wgmma.
+// products, fp32 accumulation, P rounded to bf16); the two products move to wgmma, and the walk
+// keeps a block's P V in flight into the next block (one barrier a block, below).
 //
 // Why: at hd 256 the mma.sync kernel's eight warps each read the whole K and V block from shared
 // memory through ldmatrix, so shared-memory bandwidth caps it near 280 TFLOP/s. Here each

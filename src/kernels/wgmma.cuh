@@ -61,20 +61,15 @@ __device__ __forceinline__ void fence_async_shared() {
 // then serializes every wgmma.
 template <bool kAccumulate>
 __device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b) {
+#define FLIDE_WGMMA_SS                                                         \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                 \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST \
+  ", %32, %33, p, 1, 1, 0, 0;\n}\n"
   if constexpr (kAccumulate)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
-        ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : FLIDE_WGMMA_D32("+f")
-        : "l"(a), "l"(b), "r"(1));
-  else
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
-        ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : FLIDE_WGMMA_D32("=f")
-        : "l"(a), "l"(b), "r"(0));
+    asm volatile(FLIDE_WGMMA_SS : FLIDE_WGMMA_D32("+f") : "l"(a), "l"(b), "r"(1));
+  else  // d written only: "=f"
+    asm volatile(FLIDE_WGMMA_SS : FLIDE_WGMMA_D32("=f") : "l"(a), "l"(b), "r"(0));
+#undef FLIDE_WGMMA_SS
 }
 // d[64 x 64] = A[64 x 16] B[16 x 64] (+ d when accumulate), A from registers (the warp's 16 rows
 // as an m16n8k16 A fragment), B from shared memory, MN-major (transposed).

@@ -138,13 +138,14 @@ void CudaOps::matmul_add(View x, View w, View acc) {
 
 void CudaOps::gemm(View x, View w, View out, bool accumulate) {
   const char* op = accumulate ? "matmul_add" : "matmul";
+  const char* out_name = accumulate ? "acc" : "out";
   FLIDE_CHECK(x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16, "cuda ", op, ": x is ",
               dtype_name(x.dtype), ", w is ", dtype_name(w.dtype), "; both must be bf16");
   FLIDE_CHECK(out.dtype == DType::DType_bf16 || out.dtype == DType::DType_f32, "cuda ", op, ": ",
-              accumulate ? "acc" : "out", " is ", dtype_name(out.dtype), "; must be bf16 or f32");
+              out_name, " is ", dtype_name(out.dtype), "; must be bf16 or f32");
   FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "cuda ", op, ": x [",
-              x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] ", accumulate ? "acc" : "out",
-              " [", out.rows, ", ", out.cols, "]");
+              x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] ", out_name, " [", out.rows,
+              ", ", out.cols, "]");
   const int64_t M = x.rows, N = w.rows, K = x.cols;
   if (M == 0 || N == 0 || (K == 0 && accumulate)) return;
   if (K == 0) return fill_zero(out);
