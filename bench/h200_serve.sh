@@ -4,7 +4,8 @@
 # `flide bench-serve` against it, writing under $OUT (default ./h200-out), with the server's
 # /metrics after each workload. From the repo root:
 #   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
-# Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), GRAPHS (on|off).
+# Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), GRAPHS (on|off),
+# SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-h200-out}
@@ -16,7 +17,7 @@ FLIDE_TARGETS=flide bash scripts/device_build.sh > "$out/build.log" 2>&1 || { ta
 for shape in ${shapes//,/ }; do
   log="$out/serve_$shape.log"
   $flide serve --config ".devcarry/configs/$shape.json" --tokenizer .devcarry/qwen2_tokenizer.json \
-      --device cuda --port 0 --graphs "${GRAPHS:-on}" --max-queue 256 > "$out/serve_$shape.stdout" 2> "$log" &
+      --device cuda --port 0 --graphs "${GRAPHS:-on}" --max-queue 256 ${SERVE_ARGS:-} > "$out/serve_$shape.stdout" 2> "$log" &
   server=$!
   port=
   for _ in $(seq 1 300); do

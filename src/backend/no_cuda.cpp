@@ -4,7 +4,7 @@
 
 namespace flide {
 
-std::unique_ptr<Ops> make_cuda_ops(int /*device*/) {
+std::unique_ptr<Ops> make_cuda_ops(int /*device*/, bool /*batch_invariant*/) {
   throw Error("this flide was built without the CUDA backend (configure with -DFLIDE_CUDA=ON)");
 }
 

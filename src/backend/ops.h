@@ -164,6 +164,9 @@ class Ops {
 std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads);  // DType_f32 or DType_f64
 // bf16 activations and weights, fp32 accumulation, state, gates and logits, on CUDA device
 // `device`. Throws flide::Error when built without CUDA or when no such device exists.
-std::unique_ptr<Ops> make_cuda_ops(int device);
+// batch_invariant: a row's results do not depend on how many other rows share its round, i.e.
+// on server load (the tree kernels never do; this pins the GEMM algorithms of few rows, which
+// slows rounds of under 2,048 token rows).
+std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant = false);
 
 }  // namespace flide

@@ -130,6 +130,8 @@ TEST(CliBenchTest, MistakesAreNamed) {
       {cfg + " --workload race_one --seed -1", "--seed: \"-1\" is not a non-negative integer"},
       {cfg + " --workload race_one --device tpu", "--device: unknown device \"tpu\""},
       {cfg + " --workload race_one --dtype bf16", "bf16 needs --device cuda"},
+      {cfg + " --workload race_one --batch-invariant",
+       "--batch-invariant: only the cuda backend has a batch-invariant mode"},
       {cfg + " --workload race_one --device cuda --dtype f64",
        "unknown dtype \"f64\" for --device cuda"},
       {"bench --config " + shell_quote(FLIDE_SOURCE_DIR) + " --workload race_one",

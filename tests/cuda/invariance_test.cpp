@@ -2,12 +2,16 @@
 // it runs alone in a round or first among 40 trees, as the server packs concurrent requests.
 // The delta rule's state kernel gives a level with few nodes finer head splits (gdn_state.cu:
 // 8 blocks per head for the lone tree's trunk, one for 40 trunks), and attention sees the tree
-// at other stream offsets; neither may change a row's arithmetic. (GEMMs are not covered: cuBLAS
-// picks its algorithm by row count.)
+// at other stream offsets; neither may change a row's arithmetic. cuBLASLt picks its algorithm
+// by row count: in batch-invariant mode gemm.cpp pins it below CudaOps::kGemmPinRows rows, and
+// the GEMMs' rows are checked across row counts in that mode.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <memory>
 #include <random>
 
+#include "backend/cuda/cuda_ops.h"
 #include "cuda_test_util.h"
 
 namespace flide::test {
@@ -130,6 +134,76 @@ TEST_P(CudaAttentionInvariance, RowsIgnoreTheRestOfTheRound) {
 // 128: the mma.sync kernel; 256: the wgmma one (attention_wgmma.cu).
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionInvariance, ::testing::Values(128, 256),
                          [](const auto& info) { return cat("hd", info.param); });
+
+// The (N, K) of every GEMM of the 0.8B and 4B models (shared/configs), out rows in bf16.
+struct GemmNK {
+  int64_t N, K;
+};
+constexpr GemmNK kModelGemms[] = {
+    // 0.8B: qkv, a|b, z, GDN out, q|gate, k and v, o, gate and up, down
+    {6144, 1024},
+    {32, 1024},
+    {2048, 1024},
+    {1024, 2048},
+    {4096, 1024},
+    {512, 1024},
+    {3584, 1024},
+    {1024, 3584},
+    // 4B
+    {8192, 2560},
+    {64, 2560},
+    {4096, 2560},
+    {2560, 4096},
+    {1024, 2560},
+    {9216, 2560},
+    {2560, 9216}};
+
+class CudaGemmInvariance : public CudaTestWithParam<GemmNK> {};
+
+// In batch-invariant mode, a row's bits may not depend on how many rows share its GEMM: a
+// server's round holds 18 read
+// rows per QuALITY request in the last layer and 6,260 token rows per request elsewhere. The
+// first rows are the same at every row count and the other rows random; every count's first
+// rows must equal those of the largest count, for matmul and matmul_add.
+TEST_P(CudaGemmInvariance, RowsIgnoreTheRowCount) {
+  const auto [N, K] = GetParam();
+  constexpr int64_t kMax = 25040, kFirst = 18;
+  const int64_t counts[] = {1,    kFirst, 72,  144, 1152, 2047, CudaOps::kGemmPinRows,
+                            3001, 6325,   kMax};
+  std::mt19937 gen{uint32_t(N * 7 + K)};
+  std::unique_ptr<Ops> ops = make_cuda_ops(0, /*batch_invariant=*/true);
+  const View x = ops->alloc(kMax, K), w = ops->alloc(N, K), out = ops->alloc(kMax, N);
+  ops->upload(x, rounded_bf16(random_floats(gen, kMax * K, -1, 1)).data());
+  ops->upload(w, rounded_bf16(random_floats(gen, N * K, -0.05, 0.05)).data());
+  const std::vector<float> acc = rounded_bf16(random_floats(gen, kMax * N, -2, 2));
+  const std::vector<float> nan(size_t(kMax * N), std::numeric_limits<float>::quiet_NaN());
+  for (const bool add : {false, true}) {
+    auto first_rows = [&](int64_t M) {
+      ops->upload(out, add ? acc.data() : nan.data());
+      const View o = out.first_rows(M);
+      if (add)
+        ops->matmul_add(x.first_rows(M), w, o);
+      else
+        ops->matmul(x.first_rows(M), w, o);
+      Vec got(size_t(std::min(M, kFirst) * N));
+      ops->download(out.first_rows(std::min(M, kFirst)), got.data());
+      return got;
+    };
+    const Vec all = first_rows(kMax);
+    ASSERT_TRUE(all_finite(all)) << "rows not written";
+    for (const int64_t M : counts) {
+      const Vec got = first_rows(M);
+      expect_exact(cat(add ? "matmul_add" : "matmul", " N ", N, " K ", K), got,
+                   Vec(all.begin(), all.begin() + int64_t(got.size())),
+                   cat(M, " rows against ", kMax));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelShapes, CudaGemmInvariance, ::testing::ValuesIn(kModelGemms),
+                         [](const auto& info) {
+                           return cat("N", info.param.N, "_K", info.param.K);
+                         });
 
 }  // namespace
 }  // namespace flide::test

@@ -5,7 +5,8 @@
 //   - decision trees: choice distributions of CUDA-forked execution vs CPU-forked execution
 //     (median / p99 / max total variation distance, top-1 agreement), CUDA forked vs CUDA
 //     independent, log-likelihood readouts;
-//   - determinism: the same round run again (after a different one) gives identical bits.
+//   - determinism: the same round run again (after a different one) gives identical bits, and
+//     in batch-invariant mode a tree alone and among others gives identical bits.
 // The figures are printed at the end of the run for the record; the assertions are loose
 // bounds that any real bug (a wrong op, a missed state slot, a visibility leak) breaks by far.
 #include "model/model.h"
@@ -197,6 +198,27 @@ TEST_P(CudaModel, SameRoundTwiceGivesIdenticalBits) {
       EXPECT_EQ(first[t].nodes[n].loglik_sum, second[t].nodes[n].loglik_sum)
           << "tree " << t << " node " << n;
     }
+}
+
+// Batch-invariant mode (make_cuda_ops): a tree's answers are the same bits whether it runs alone
+// or among other requests, as a loaded server packs them. Without the mode, cuBLASLt's choice
+// of GEMM algorithm by row count makes the last bits depend on the round.
+TEST_P(CudaModel, BatchInvariantTreeIgnoresItsRound) {
+  const std::unique_ptr<Ops> ops = make_cuda_ops(0, /*batch_invariant=*/true);
+  const std::unique_ptr<Model> model = load_model(dir_, *ops);
+  Executor exec(*model);
+  std::mt19937 rng(29);
+  const int64_t vocab = model->info().vocab_size;
+  const Tree tree = random_tree(rng, vocab, 3, 12);
+  std::vector<Tree> round = {tree};
+  for (int i = 0; i < 11; ++i) round.push_back(random_tree(rng, vocab, 1 + i % 3, 4 + i));
+  const TreeResult alone = exec.run({tree}, ExecMode::ExecMode_fork)[0];
+  const TreeResult among = exec.run(round, ExecMode::ExecMode_fork)[0];
+  for (size_t n = 0; n < tree.nodes.size(); ++n) {
+    for (double p : alone.nodes[n].probs) ASSERT_FALSE(std::isnan(p)) << "node " << n;
+    EXPECT_EQ(among.nodes[n].probs, alone.nodes[n].probs) << "node " << n;
+    EXPECT_EQ(among.nodes[n].loglik_sum, alone.nodes[n].loglik_sum) << "node " << n;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaModel,

@@ -34,7 +34,7 @@ DType parse_dtype(const std::optional<std::string>& value, Device device) {
 
 BackendChoice parse_backend(const std::optional<std::string>& device,
                             const std::optional<std::string>& dtype,
-                            const std::optional<std::string>& threads) {
+                            const std::optional<std::string>& threads, bool batch_invariant) {
   BackendChoice backend;
   if (!device || *device == "cpu")
     backend.device = Device::Device_cpu;
@@ -44,6 +44,10 @@ BackendChoice parse_backend(const std::optional<std::string>& device,
     throw Error(cat("--device: unknown device \"", *device, "\" (cpu or cuda)"));
   backend.dtype = parse_dtype(dtype, backend.device);
   backend.threads = parse_threads(threads);
+  if (batch_invariant && backend.device != Device::Device_cuda)
+    throw Error(
+        "--batch-invariant: only the cuda backend has a batch-invariant mode (--device cuda)");
+  backend.batch_invariant = batch_invariant;
   return backend;
 }
 
@@ -54,6 +58,7 @@ std::string_view device_name(Device device) {
 std::string backend_description(const BackendChoice& backend) {
   std::string out = cat(device_name(backend.device), " ", dtype_name(backend.dtype));
   if (backend.device == Device::Device_cpu) out += cat(" (", backend.threads, " threads)");
+  if (backend.batch_invariant) out += ", batch-invariant";
   return out;
 }
 
@@ -80,7 +85,7 @@ std::string_view mode_name(ExecMode mode) {
 std::unique_ptr<Ops> make_backend(const BackendChoice& backend) {
   if (backend.device == Device::Device_cpu) return make_cpu_ops(backend.dtype, backend.threads);
   try {
-    return make_cuda_ops(0);
+    return make_cuda_ops(0, backend.batch_invariant);
   } catch (const Error& e) {
     throw Error(cat("--device cuda: ", e.what()));
   }

@@ -72,6 +72,8 @@ options:
                       cuda: pad the request to its capacity bucket and replay one CUDA graph
                       per bucket (default: on); both: time each mode without and with graphs
                       (no effect on cpu, which has no graphs)
+  --batch-invariant   cuda: the serving mode whose results do not depend on the round's other
+                      requests (flide serve --batch-invariant), to time what it costs
   --json              one JSON line instead of the table
   --profile           cuda only: one more round per mode after the timed ones, with per-op
                       GPU timing (time per op, GEMM shapes, GPU idle between ops); its table
@@ -294,6 +296,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                                        {"seed", true},
                                        {"threads", true},
                                        {"graphs", true},
+                                       {"batch-invariant", false},
                                        {"json", false},
                                        {"profile", false},
                                        {"help", false}});
@@ -304,8 +307,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // Everything the user typed is checked before a (possibly many-GB) model is loaded.
   const ModelSource source = parse_model_source(args);
   const WorkloadSpec spec = parse_workload(args.required("workload"));
-  const BackendChoice backend =
-      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
+  const BackendChoice backend = parse_backend(args.value("device"), args.value("dtype"),
+                                              args.value("threads"), args.has("batch-invariant"));
   const std::vector<ExecMode> modes = parse_modes(args.value("mode"));
   std::vector<bool> graph_settings = parse_graph_settings(args.value("graphs"));
   const int64_t batch = parse_count(args.value("batch"), "batch", 1, 1, 4096);

@@ -60,6 +60,8 @@ options:
   --threads N           CPU threads for the model (default: all cores; cpu only)
   --graphs on|off       cuda: pad each round to its capacity bucket and replay one CUDA graph
                         per bucket (default: on); no effect on cpu
+  --batch-invariant     cuda: a request's answers do not depend on what else shares its round
+                        (server load), bit for bit; rounds of under 2,048 token rows run slower
   --mode fork|independent
                         fork: each context once, questions forked from it (default);
                         independent: every question as its own prompt (the reference)
@@ -122,6 +124,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"max-body-bytes", true},
                                        {"round-tokens", true},
                                        {"graphs", true},
+                                       {"batch-invariant", false},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -129,8 +132,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   }
   // Everything the user typed is checked before binding a port or loading anything.
   const ModelSource source = parse_model_source(args);
-  const BackendChoice backend =
-      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
+  const BackendChoice backend = parse_backend(args.value("device"), args.value("dtype"),
+                                              args.value("threads"), args.has("batch-invariant"));
   const std::filesystem::path config_file =
       source.random ? source.path : source.path / "config.json";
   std::filesystem::path tokenizer_file;

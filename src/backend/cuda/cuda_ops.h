@@ -58,7 +58,8 @@ void cuda_check(cudaError_t err, const char* what);
 
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(int device);  // the device must exist (make_cuda_ops checks)
+  // The device must exist (make_cuda_ops checks); batch_invariant: make_cuda_ops.
+  CudaOps(int device, bool batch_invariant);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
@@ -125,6 +126,9 @@ class CudaOps final : public Ops {
   // GEMM plans held now (gemm.cpp): at most kGemmPlans.
   size_t gemm_plans_cached() const { return gemm_plans_.size(); }
   static constexpr size_t kGemmPlans = 1024;
+  // In batch-invariant mode, GEMMs of fewer rows run the algorithm cuBLASLt picks for this
+  // many (gemm.cpp).
+  static constexpr int64_t kGemmPinRows = 2048;
 
   // One line for the CLI: device name, SMs, memory, and what the backend holds.
   std::string describe() const;
@@ -201,6 +205,7 @@ class CudaOps final : public Ops {
   GraphStats graph_stats_;
 
   int device_ = 0;
+  bool batch_invariant_ = false;  // make_cuda_ops; gemm.cpp
   cudaStream_t stream_ = nullptr;
   bool sync_check_ = false;
   bool profiling_ = false;

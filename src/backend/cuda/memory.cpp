@@ -81,7 +81,8 @@ void* CudaOps::add_block(Arena& arena, size_t bytes, bool zeroed, bool make_curr
   return p;
 }
 
-CudaOps::CudaOps(int device) : device_(device) {
+CudaOps::CudaOps(int device, bool batch_invariant)
+    : device_(device), batch_invariant_(batch_invariant) {
   try {
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -320,7 +321,7 @@ std::string CudaOps::describe() const {
   return line;
 }
 
-std::unique_ptr<Ops> make_cuda_ops(int device) {
+std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -332,7 +333,7 @@ std::unique_ptr<Ops> make_cuda_ops(int device) {
   if (device < 0 || device >= count)
     throw Error(cat("cuda backend: CUDA device ", device, " does not exist (", count,
                     " device(s): 0..", count - 1, ")"));
-  return std::make_unique<CudaOps>(device);
+  return std::make_unique<CudaOps>(device, batch_invariant);
 }
 
 }  // namespace flide
