@@ -161,7 +161,10 @@ class Ops {
   virtual bool set_graphs(bool /*enable*/) { return false; }
 };
 
-std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads);  // DType_f32 or DType_f64
+// The reference backend in DType_f32 or DType_f64 on `threads` cores (<= 0: OpenMP's default).
+// batch_invariant: a row's results do not depend on how many other rows share its round (GEMMs
+// in calls of a fixed row count; slower for small rounds).
+std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads, bool batch_invariant = false);
 // bf16 activations and weights, fp32 accumulation, state, gates and logits, on CUDA device
 // `device`. Throws flide::Error when built without CUDA or when no such device exists.
 // batch_invariant: a row's results do not depend on how many other rows share its round, i.e.

@@ -40,6 +40,7 @@ TEST(CliBenchTest, SyntheticWorkloadOnRandomWeights) {
   EXPECT_EQ(out["workload"], "race_one");
   EXPECT_EQ(out["device"], "cpu");
   EXPECT_EQ(out["dtype"], "f32");
+  EXPECT_EQ(out["batch_invariant"], false);
   EXPECT_EQ(out["random_weights"], true);
   EXPECT_EQ(out["trunk_tokens"], 450);
   EXPECT_EQ(out["branch_tokens"], 50);
@@ -50,6 +51,21 @@ TEST(CliBenchTest, SyntheticWorkloadOnRandomWeights) {
   EXPECT_EQ(out["runs"][0]["mode"], "fork");
   EXPECT_EQ(out["runs"][0]["tokens"], 500);
   expect_sane_run(out["runs"][0]);
+}
+
+TEST(CliBenchTest, BatchInvariantModeIsNamed) {
+  const CliResult json_run = run_flide("bench --config " + kGoldenConfig +
+                                       " --workload race_one --reps 1 --warmup 0 --threads 2 "
+                                       "--batch-invariant --json");
+  ASSERT_EQ(json_run.exit_code, 0) << json_run.err;
+  const json out = single_json_line(json_run);
+  EXPECT_EQ(out["batch_invariant"], true);
+  expect_sane_run(out["runs"][0]);
+  const CliResult table = run_flide("bench --config " + kGoldenConfig +
+                                    " --workload race_one --reps 1 --warmup 0 --threads 2 "
+                                    "--batch-invariant");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("cpu f32 (2 threads), batch-invariant"), std::string::npos) << table.out;
 }
 
 TEST(CliBenchTest, TablePrintsEveryMode) {
@@ -130,8 +146,6 @@ TEST(CliBenchTest, MistakesAreNamed) {
       {cfg + " --workload race_one --seed -1", "--seed: \"-1\" is not a non-negative integer"},
       {cfg + " --workload race_one --device tpu", "--device: unknown device \"tpu\""},
       {cfg + " --workload race_one --dtype bf16", "bf16 needs --device cuda"},
-      {cfg + " --workload race_one --batch-invariant",
-       "--batch-invariant: only the cuda backend has a batch-invariant mode"},
       {cfg + " --workload race_one --device cuda --dtype f64",
        "unknown dtype \"f64\" for --device cuda"},
       {"bench --config " + shell_quote(FLIDE_SOURCE_DIR) + " --workload race_one",

@@ -44,9 +44,6 @@ BackendChoice parse_backend(const std::optional<std::string>& device,
     throw Error(cat("--device: unknown device \"", *device, "\" (cpu or cuda)"));
   backend.dtype = parse_dtype(dtype, backend.device);
   backend.threads = parse_threads(threads);
-  if (batch_invariant && backend.device != Device::Device_cuda)
-    throw Error(
-        "--batch-invariant: only the cuda backend has a batch-invariant mode (--device cuda)");
   backend.batch_invariant = batch_invariant;
   return backend;
 }
@@ -83,7 +80,8 @@ std::string_view mode_name(ExecMode mode) {
 }
 
 std::unique_ptr<Ops> make_backend(const BackendChoice& backend) {
-  if (backend.device == Device::Device_cpu) return make_cpu_ops(backend.dtype, backend.threads);
+  if (backend.device == Device::Device_cpu)
+    return make_cpu_ops(backend.dtype, backend.threads, backend.batch_invariant);
   try {
     return make_cuda_ops(0, backend.batch_invariant);
   } catch (const Error& e) {

@@ -27,13 +27,13 @@ enum class Device : uint8_t { Device_cpu, Device_cuda };
 
 // Where and in what precision a command computes: --device cpu (default) with --dtype f32
 // (default) or f64 on --threads N cores, or --device cuda (device 0) in bf16, the only dtype
-// of the CUDA backend (--dtype bf16 or absent). --batch-invariant (cuda only): a request's
-// results do not depend on what else shares its round (make_cuda_ops).
+// of the CUDA backend (--dtype bf16 or absent). --batch-invariant: a request's results do not
+// depend on what else shares its round (make_cpu_ops, make_cuda_ops).
 struct BackendChoice {
   Device device = Device::Device_cpu;
   DType dtype = DType::DType_f32;
-  int threads = 1;               // CPU only
-  bool batch_invariant = false;  // CUDA only
+  int threads = 1;  // CPU only
+  bool batch_invariant = false;
 };
 BackendChoice parse_backend(const std::optional<std::string>& device,
                             const std::optional<std::string>& dtype,

@@ -72,7 +72,7 @@ options:
                       cuda: pad the request to its capacity bucket and replay one CUDA graph
                       per bucket (default: on); both: time each mode without and with graphs
                       (no effect on cpu, which has no graphs)
-  --batch-invariant   cuda: the serving mode whose results do not depend on the round's other
+  --batch-invariant   the serving mode whose results do not depend on the round's other
                       requests (flide serve --batch-invariant), to time what it costs
   --json              one JSON line instead of the table
   --profile           cuda only: one more round per mode after the timed ones, with per-op
@@ -382,7 +382,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
                 {"params", info.n_params},
                 {"load_s", load_s},
                 {"device", device_name(backend.device)},
-                {"dtype", dtype_name(backend.dtype)}};
+                {"dtype", dtype_name(backend.dtype)},
+                {"batch_invariant", backend.batch_invariant}};
     if (backend.device == Device::Device_cpu) out["threads"] = backend.threads;
     out["seed"] = seed;
     out["trunk_tokens"] = workload.trunk_tokens;

@@ -60,8 +60,9 @@ options:
   --threads N           CPU threads for the model (default: all cores; cpu only)
   --graphs on|off       cuda: pad each round to its capacity bucket and replay one CUDA graph
                         per bucket (default: on); no effect on cpu
-  --batch-invariant     cuda: a request's answers do not depend on what else shares its round
-                        (server load), bit for bit; rounds of under 2,048 token rows run slower
+  --batch-invariant     a request's answers do not depend on what else shares its round
+                        (server load), bit for bit; small rounds run slower (cuda: under
+                        2,048 token rows)
   --mode fork|independent
                         fork: each context once, questions forked from it (default);
                         independent: every question as its own prompt (the reference)

@@ -50,7 +50,8 @@ T* CpuOps<T>::Arena::add_block(int64_t elems, bool zeroed, bool make_current) {
 }
 
 template <typename T>
-CpuOps<T>::CpuOps(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+CpuOps<T>::CpuOps(int threads, bool batch_invariant)
+    : threads_(threads > 0 ? threads : omp_get_max_threads()), batch_invariant_(batch_invariant) {
   openblas_set_num_threads(threads_);
 }
 
@@ -158,12 +159,12 @@ void CpuOps<T>::level_range(int level, int32_t* begin, int32_t* end) const {
 template class CpuOps<float>;
 template class CpuOps<double>;
 
-std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads) {
+std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads, bool batch_invariant) {
   switch (dtype) {
     case DType::DType_f32:
-      return std::make_unique<CpuOps<float>>(threads);
+      return std::make_unique<CpuOps<float>>(threads, batch_invariant);
     case DType::DType_f64:
-      return std::make_unique<CpuOps<double>>(threads);
+      return std::make_unique<CpuOps<double>>(threads, batch_invariant);
     default:
       break;
   }

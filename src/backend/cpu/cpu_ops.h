@@ -41,7 +41,8 @@ inline T softplus(T x) {
 template <typename T>
 class CpuOps final : public Ops {
  public:
-  explicit CpuOps(int threads);  // threads <= 0: OpenMP's default
+  // threads <= 0: OpenMP's default; batch_invariant: make_cpu_ops.
+  CpuOps(int threads, bool batch_invariant);
   ~CpuOps() override;
 
   DType dtype() const override;
@@ -86,6 +87,9 @@ class CpuOps final : public Ops {
   static T* ptr(View v) { return static_cast<T*>(v.data); }
   // out = x . w^T + beta out (matmul: beta 0, matmul_add: beta 1).
   void gemm(View x, View w, View out, T beta);
+  // The same in calls of exactly kInvariantRows rows (dense.cpp: batch-invariant mode).
+  void gemm_fixed_rows(View x, View w, View out, T beta);
+  static constexpr int64_t kInvariantRows = 64;
   // Rows a query-side tensor holds under `which`: the stream's tokens or its out rows.
   int64_t rows_of(Rows which) const;
   // Stream row of row r of a query-side tensor.
@@ -98,6 +102,8 @@ class CpuOps final : public Ops {
   void rope(View x, Rows which, int heads, int head_dim, int rot_dim, double theta);
 
   int threads_;
+  bool batch_invariant_;
+  std::vector<T> pad_x_, pad_out_;  // gemm_fixed_rows' last, partial block
   Stream stream_;
   // Root-first ancestor chain of every node followed by the node itself:
   // path_nodes_[path_begin_[n] .. path_begin_[n + 1]).

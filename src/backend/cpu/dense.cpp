@@ -2,6 +2,7 @@
 // Reductions (sum of squares) accumulate in T, as HF does in fp32 for an fp32 model.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
@@ -27,6 +28,16 @@ void CpuOps<T>::embed(View table, View out) {
 }
 
 namespace {
+
+// out [M, N] = x [M, K] . w [N, K]^T + beta out, all row-major, through OpenBLAS.
+void blas_gemm(const float* x, const float* w, float* out, int64_t M, int64_t N, int64_t K,
+               float beta) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, out, N);
+}
+void blas_gemm(const double* x, const double* w, double* out, int64_t M, int64_t N, int64_t K,
+               double beta) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0, x, K, w, K, beta, out, N);
+}
 
 // HF Qwen3_5RMSNorm's scaling of one row x [C] into y, given the row's sum of squares.
 template <typename T>
@@ -58,12 +69,32 @@ void CpuOps<T>::gemm(View x, View w, View out, T beta) {
   const int64_t R = x.rows, N = w.rows, K = x.cols;
   if (R == 0 || N == 0 || (K == 0 && beta != T(0))) return;
   if (K == 0) return fill_zero(out);
-  if constexpr (sizeof(T) == 4) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0f, ptr(x), K, ptr(w), K, beta,
-                ptr(out), N);
-  } else {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, K, 1.0, ptr(x), K, ptr(w), K, beta,
-                ptr(out), N);
+  if (batch_invariant_) return gemm_fixed_rows(x, w, out, beta);
+  blas_gemm(ptr(x), ptr(w), ptr(out), R, N, K, beta);
+}
+
+// Batch-invariant mode: OpenBLAS takes other paths for other row counts (gemv for one row,
+// other kernels for a few), whose sums round differently, so a row's bits would depend on the
+// other requests of its round. Every call here has exactly kInvariantRows rows, the last block
+// copied into a zero-padded one: the same path for every row, each in a full micro-tile (every
+// kernel's row tile divides kInvariantRows), its sums in the same order.
+template <typename T>
+void CpuOps<T>::gemm_fixed_rows(View x, View w, View out, T beta) {
+  const int64_t R = x.rows, N = w.rows, K = x.cols, B = kInvariantRows;
+  for (int64_t r0 = 0; r0 < R; r0 += B) {
+    const int64_t n = std::min(B, R - r0);
+    const T* xb = ptr(x) + r0 * K;
+    T* ob = ptr(out) + r0 * N;
+    if (n == B) {
+      blas_gemm(xb, ptr(w), ob, B, N, K, beta);
+      continue;
+    }
+    pad_x_.assign(size_t(B * K), T(0));
+    pad_out_.assign(size_t(B * N), T(0));
+    std::copy(xb, xb + n * K, pad_x_.begin());
+    if (beta != T(0)) std::copy(ob, ob + n * N, pad_out_.begin());
+    blas_gemm(pad_x_.data(), ptr(w), pad_out_.data(), B, N, K, beta);
+    std::copy(pad_out_.begin(), pad_out_.begin() + n * N, ob);
   }
 }
 
