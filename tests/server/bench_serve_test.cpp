@@ -46,5 +46,29 @@ TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
   EXPECT_EQ(server.stop(SIGINT), 0) << server.stderr_text();
 }
 
+// In batch-invariant mode a request's answers are the same bits whether it runs alone (1 client)
+// or packed into rounds with others (8 clients), here in float32, where the default mode's
+// GEMMs round differently by row count.
+TEST(BenchServe, BatchInvariantServerAnswersTheSameBitsUnderLoad) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  ServerProcess server("--batch-invariant");
+  ASSERT_GT(server.port(), 0);
+  const std::string out = run(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
+                              " --workload race_all --clients 1,8 --duration 2 --warmup 0 --json");
+  const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << out;
+  const nlohmann::json& changes = report["top_answer_changes"];
+  EXPECT_GT(changes["compared"].get<int>(), 0) << changes;
+  EXPECT_EQ(changes["changed"], 0) << changes;
+  EXPECT_EQ(changes["max_abs_dprob"].get<double>(), 0.0) << changes;
+  // The 8 clients' requests did share rounds: otherwise nothing was tested.
+  auto http = server.client();
+  const std::string metrics = get(*http, "/metrics").text;
+  EXPECT_GT(metric(metrics, "flide_round_requests_sum"),
+            metric(metrics, "flide_round_requests_count"))
+      << metrics;
+  EXPECT_EQ(server.stop(SIGINT), 0) << server.stderr_text();
+}
+
 }  // namespace
 }  // namespace flide::test
