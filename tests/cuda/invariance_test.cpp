@@ -149,7 +149,7 @@ constexpr GemmNK kModelGemms[] = {
     {512, 1024},
     {3584, 1024},
     {1024, 3584},
-    // 4B
+    // 4B: the same roles (q|gate has qkv's shape, k and v are 1024 wide)
     {8192, 2560},
     {64, 2560},
     {4096, 2560},
@@ -161,10 +161,10 @@ constexpr GemmNK kModelGemms[] = {
 class CudaGemmInvariance : public CudaTestWithParam<GemmNK> {};
 
 // In batch-invariant mode, a row's bits may not depend on how many rows share its GEMM: a
-// server's round holds 18 read
-// rows per QuALITY request in the last layer and 6,260 token rows per request elsewhere. The
-// first rows are the same at every row count and the other rows random; every count's first
-// rows must equal those of the largest count, for matmul and matmul_add.
+// server's round holds 18 read rows per QuALITY request in the last layer and 6,260 token rows
+// per request elsewhere. The first rows are the same at every row count and the other rows
+// random; every count's first rows must equal those of the largest count, for matmul and
+// matmul_add.
 TEST_P(CudaGemmInvariance, RowsIgnoreTheRowCount) {
   const auto [N, K] = GetParam();
   constexpr int64_t kMax = 25040, kFirst = 18;
