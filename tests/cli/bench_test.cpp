@@ -54,16 +54,15 @@ TEST(CliBenchTest, SyntheticWorkloadOnRandomWeights) {
 }
 
 TEST(CliBenchTest, BatchInvariantModeIsNamed) {
-  const CliResult json_run = run_flide("bench --config " + kGoldenConfig +
-                                       " --workload race_one --reps 1 --warmup 0 --threads 2 "
-                                       "--batch-invariant --json");
+  const std::string bench =
+      "bench --config " + kGoldenConfig +
+      " --workload race_one --reps 1 --warmup 0 --threads 2 --batch-invariant";
+  const CliResult json_run = run_flide(bench + " --json");
   ASSERT_EQ(json_run.exit_code, 0) << json_run.err;
   const json out = single_json_line(json_run);
   EXPECT_EQ(out["batch_invariant"], true);
   expect_sane_run(out["runs"][0]);
-  const CliResult table = run_flide("bench --config " + kGoldenConfig +
-                                    " --workload race_one --reps 1 --warmup 0 --threads 2 "
-                                    "--batch-invariant");
+  const CliResult table = run_flide(bench);
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("cpu f32 (2 threads), batch-invariant"), std::string::npos) << table.out;
 }

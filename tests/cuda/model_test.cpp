@@ -19,6 +19,7 @@
 
 #include "common/golden_cases.h"
 #include "common/random_trees.h"
+#include "common/round_invariance.h"
 #include "cuda_test_util.h"
 #include "engine/executor.h"
 
@@ -208,17 +209,10 @@ TEST_P(CudaModel, BatchInvariantTreeIgnoresItsRound) {
   const std::unique_ptr<Model> model = load_model(dir_, *ops);
   Executor exec(*model);
   std::mt19937 rng(29);
-  const int64_t vocab = model->info().vocab_size;
-  const Tree tree = random_tree(rng, vocab, 3, 12);
-  std::vector<Tree> round = {tree};
-  for (int i = 0; i < 11; ++i) round.push_back(random_tree(rng, vocab, 1 + i % 3, 4 + i));
-  const TreeResult alone = exec.run({tree}, ExecMode::ExecMode_fork)[0];
-  const TreeResult among = exec.run(round, ExecMode::ExecMode_fork)[0];
-  for (size_t n = 0; n < tree.nodes.size(); ++n) {
-    for (double p : alone.nodes[n].probs) ASSERT_FALSE(std::isnan(p)) << "node " << n;
-    EXPECT_EQ(among.nodes[n].probs, alone.nodes[n].probs) << "node " << n;
-    EXPECT_EQ(among.nodes[n].loglik_sum, alone.nodes[n].loglik_sum) << "node " << n;
-  }
+  const AloneAndAmong r = run_alone_and_among(exec, rng, model->info().vocab_size);
+  for (size_t n = 0; n < r.tree.nodes.size(); ++n)
+    for (double p : r.alone.nodes[n].probs) ASSERT_FALSE(std::isnan(p)) << "node " << n;
+  expect_same_bits(r);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaModel,

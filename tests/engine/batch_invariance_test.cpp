@@ -7,15 +7,12 @@
 #include <random>
 #include <string>
 
-#include "common/random_trees.h"
-#include "engine/executor.h"
+#include "common/round_invariance.h"
 
 namespace flide {
 namespace {
 
 const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
-using test::random_tree;
-
 struct Case {
   const char* dir;
   DType dtype;
@@ -30,16 +27,7 @@ TEST_P(CpuBatchInvariance, TreeAloneAndAmongOthersGiveTheSameBits) {
   const std::unique_ptr<Model> model = load_model(dir, *ops);
   Executor exec(*model);
   std::mt19937 rng(std::random_device{}());
-  const int64_t vocab = model->info().vocab_size;
-  const Tree tree = random_tree(rng, vocab, 3, 12);
-  std::vector<Tree> round = {tree};
-  for (int i = 0; i < 11; ++i) round.push_back(random_tree(rng, vocab, 1 + i % 3, 4 + i));
-  const TreeResult alone = exec.run({tree}, ExecMode::ExecMode_fork)[0];
-  const TreeResult among = exec.run(round, ExecMode::ExecMode_fork)[0];
-  for (size_t n = 0; n < tree.nodes.size(); ++n) {
-    EXPECT_EQ(among.nodes[n].probs, alone.nodes[n].probs) << "node " << n;
-    EXPECT_EQ(among.nodes[n].loglik_sum, alone.nodes[n].loglik_sum) << "node " << n;
-  }
+  test::expect_same_bits(test::run_alone_and_among(exec, rng, model->info().vocab_size));
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CpuBatchInvariance,
