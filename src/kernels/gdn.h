@@ -13,8 +13,8 @@
 //           P = (q_i.k_j) Dk^-1/2 exp(gamma_i - gamma_j) (j <= i), stored in fp32 to the
 //           workspace;
 //   state   one block per (node, value head, share of its 16-column slabs; a level with few
-//           nodes splits its heads finer): walks the node's chunks in order with the state,
-//           transposed, in registers (a warp per slab):
+//           nodes splits its heads finer, and gives each slab two warps, one per half of the
+//           keys): walks the node's chunks in order with the state, transposed, in registers:
 //           v_new = T (beta V - beta exp(gamma) K S), i.e. fla's U - W S without forming
 //           W = T (beta exp(gamma) K) and U = T (beta V) (32 times T's bytes),
 //           out = Dk^-1/2 exp(gamma) (q S) + P v_new, S = exp(gamma_last) S +

@@ -20,6 +20,17 @@
 // its A fragments before the second barrier, so the chunk's only waits after it are on its own
 // products.
 //
+// Key halves (Dk padded to a multiple of 32: every real model): S^T K^T and S^T q^T are summed as
+// the products over the first half of the keys plus those over the second, always. A level of
+// few nodes (fewer slabs than two per SM: one or two QuALITY trunks) leaves most schedulers
+// without a warp, and each warp's chunk is a chain of dependent products; there two warps share
+// a slab, each holding one half of the keys of S^T, so each chain is about half as long. They
+// hand their partial products over through shared memory at the chunk's second barrier (half 0
+// its Z^T, half 1 its Z^T and O^T), both finish Z^T with the same fp32 addition (it commutes), so
+// both form the same v_new (the triangular product, done twice) and update their own keys of
+// S^T, and half 0 writes the output. A warp that holds a whole slab sums its two halves the same
+// way, so a node's bits do not depend on how many nodes share its level.
+//
 // Precision: the products with bf16 operands (K, q) run as bf16 m16n8k16 with the fp32 operand
 // (S^T, (v_new f)^T) split into a high and a low bf16 part (split_bf16_a: 16 significant bits,
 // products exact, fp32 sums); those with fp32 operands on both sides (T, P) run in tf32. The
@@ -34,6 +45,8 @@
 // Chunk rows past a node's end are zeros in shared memory (T, P, q, k, V, gamma, beta) and
 // f = b = 0 there: they change neither the real rows' outputs nor the state, and they are never
 // written.
+#include <type_traits>
+
 #include "kernels/gdn_chunk.cuh"
 
 namespace flide::kernels::gdn_detail {
@@ -49,9 +62,14 @@ struct StateCfg : Dims<DK, DV> {
                 "a head's slabs fit one block and halve evenly");
   static constexpr int kUcols = kSlabs * kSlab;  // value columns staged per block, at most
   static constexpr int kKeyTiles = D::kKp / 8;   // n8 tiles of S^T's key columns (even)
-  static constexpr int kLdT = kChunk + 8;        // fp32 T, P: 8 mod 32 words (8-byte loads)
-  static constexpr int kLdH = D::kLdH;           // bf16 q, K: 4 mod 32 words
-  static constexpr int kLdV = kUcols + 8;        // bf16 V, the block's columns: 4 mod 32 words
+  // Key halves (see the file top): from 32 keys on, S^T K^T and S^T q^T are summed as two
+  // halves, and on a small level two warps share a slab, one half each.
+  static constexpr bool kHalves = D::kKp % 32 == 0;
+  static constexpr int kHalfSteps = kKeyTiles / 4;  // k16 steps of a half
+  static constexpr int kMinSplits = 2 * kSlabs > kWarps ? 2 * kSlabs / kWarps : 1;  // shared
+  static constexpr int kLdT = kChunk + 8;  // fp32 T, P: 8 mod 32 words (8-byte loads)
+  static constexpr int kLdH = D::kLdH;     // bf16 q, K: 4 mod 32 words
+  static constexpr int kLdV = kUcols + 8;  // bf16 V, the block's columns: 4 mod 32 words
 
   // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's factors.
   static constexpr int kStT = 0;
@@ -64,7 +82,11 @@ struct StateCfg : Dims<DK, DV> {
   static constexpr int kStBytes = kStBeta + kChunk * 4;
   // [64] scale exp(gamma_j), [64] f_j, [64] b_j = beta_j exp(gamma_j)
   static constexpr int kFactors = 2 * kStBytes;
-  static constexpr int kBytes = kFactors + 3 * kChunk * 4;
+  // Then the key halves' partial products, per slab of the block: half 0's Z^T, half 1's Z^T
+  // and O^T, each [kSlab x kChunk] fp32 as the warp's accumulator registers, lane-minor.
+  static constexpr int kXchWords = kSlab * kChunk;
+  static constexpr int kXch = kFactors + 3 * kChunk * 4;
+  static constexpr int kBytes = kXch + (kHalves ? kWarps / 2 * 3 * kXchWords * 4 : 0);
 
   static_assert(kStP % 16 == 0 && kStQ % 16 == 0 && kStK % 16 == 0 && kStV % 16 == 0 &&
                     kStBytes % 16 == 0,
@@ -142,6 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* ef = reinterpret_cast<float*>(smem + C::kFactors);  // [64] scale exp(gamma_j)
   float* fj = ef + kChunk;                                   // [64] exp(gamma_last - gamma_j)
   float* bj = fj + kChunk;                                   // [64] beta_j exp(gamma_j)
+  float* xch = reinterpret_cast<float*>(smem + C::kXch);     // the key halves' partials
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
@@ -150,19 +173,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t v_ld = out_ld;
   const int group = heads_v / heads_k;
   const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
-  int splits = 1;
-  while (splits < C::kSlabs && int64_t(ne - nb) * heads_v * splits * 2 <= gridDim.x) splits *= 2;
+  // Shared slabs where a warp a slab would leave most schedulers without one (a level of one
+  // or two QuALITY trunks): then each warp's chain of products per chunk is about half as long.
+  const int nodes = ne - nb;
+  const bool shared = C::kHalves && int64_t(nodes) * heads_v * C::kSlabs < 2 * int64_t(gridDim.x);
+  int splits = shared ? C::kMinSplits : 1;
+  while (splits < C::kSlabs && int64_t(nodes) * heads_v * splits * 2 <= gridDim.x) splits *= 2;
   const int slabs = C::kSlabs / splits;  // of a block
-  const int items = (ne - nb) * heads_v * splits;
-  const bool active = warp < slabs;
+  const int computing = shared ? 2 * slabs : slabs;
+  const int items = nodes * heads_v * splits;
+  const bool active = warp < computing;
+  const int sw = warp % slabs, half = shared ? warp / slabs : 0;  // an active warp's slab, half
+  const int kt0 = half * (kKT / 2);                               // its first key tile
+  const int nkt = shared ? kKT / 2 : kKT;                         // and how many
   // Warps without a slab do the block's loads and gate factors alone, off the others' path
   // (a block of one slab would otherwise spend ~20% of each chunk issuing copies).
-  const int loaders = slabs < kWarps ? kThreads - 32 * slabs : kThreads;
+  const int loaders = computing < kWarps ? kThreads - 32 * computing : kThreads;
   const int ltid = int(threadIdx.x) - (kThreads - loaders);  // < 0: not a loader
   // Element e of an accumulator tile (S^T, Y^T, v_new^T, out^T): its row is value column
   // value_col(e) of the block, its column is column tile_col(t, e) of tile t (a key, or a chunk
   // row).
-  auto value_col = [&](int e) { return kSlab * warp + g8 + 8 * (e >> 1); };
+  auto value_col = [&](int e) { return kSlab * sw + g8 + 8 * (e >> 1); };
   auto tile_col = [&](int t, int e) { return 8 * t + 2 * t4 + (e & 1); };
   // ldmatrix row addresses into a bf16 [64][kLdH] tile (K, q), matrices 0-3 of lane 8 m + r:
   // by_row, phase A's B(key, j) = K[j][key]: rows j (+8 for m >= 2), keys +8 for odd m;
@@ -204,14 +235,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
 
     __syncthreads();  // the previous item is done with shared memory
-    // S^T in accumulator tiles over the key tiles kt.
+    // The warp's keys of S^T in accumulator tiles over its key tiles kt0 + kt.
     float sacc[kKT][4];
 #pragma unroll
     for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int v = value_col(e), c = tile_col(kt, e);
-        sacc[kt][e] = active && slot_in >= 0 && v < vcols && c < DK
+        const int v = value_col(e), c = tile_col(kt0 + kt, e);
+        sacc[kt][e] = active && slot_in >= 0 && kt < nkt && v < vcols && c < DK
                           ? state[slot_in * state_ld + state_head + int64_t(c) * DV + v]
                           : 0.f;
       }
@@ -235,28 +266,84 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T (high and low
       // parts) per 16 keys; ldmatrix hands each B fragment over as K and q sit, rows j.
       float acc_y[kRowTiles][4] = {}, acc_o[kRowTiles][4] = {};
-      if (active) {
+      // Steps [first, first + count) of 16 keys from the warp's first key, into acc_y (kY) and
+      // acc_o (kO).
+      auto phase_a = [&](auto first, auto count, auto y, auto o) {
+        constexpr int k0 = decltype(first)::value, kn = decltype(count)::value;
+        constexpr bool kY = decltype(y)::value, kO = decltype(o)::value;
 #pragma unroll
-        for (int ks = 0; ks < kKT / 2; ++ks) {
+        for (int ks = k0; ks < k0 + kn; ++ks) {
           uint32_t hi[4], lo[4];
           split_bf16_a(hi, lo, sacc[2 * ks], sacc[2 * ks + 1]);
+          const int key = 8 * kt0 + 16 * ks;
 #pragma unroll
           for (int nt = 0; nt < kRowTiles; nt += 2) {
             uint32_t bk[4], bq[4];
-            ldsm_x4(bk, st.K + by_row + 8 * nt * kLdH + 16 * ks);
-            ldsm_x4(bq, st.Q + by_row + 8 * nt * kLdH + 16 * ks);
+            if constexpr (kY) ldsm_x4(bk, st.K + by_row + 8 * nt * kLdH + key);
+            if constexpr (kO) ldsm_x4(bq, st.Q + by_row + 8 * nt * kLdH + key);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              mma_bf16(acc_y[nt + h], hi, bk[2 * h], bk[2 * h + 1]);
-              mma_bf16(acc_y[nt + h], lo, bk[2 * h], bk[2 * h + 1]);
-              mma_bf16(acc_o[nt + h], hi, bq[2 * h], bq[2 * h + 1]);
-              mma_bf16(acc_o[nt + h], lo, bq[2 * h], bq[2 * h + 1]);
+              if constexpr (kY) {
+                mma_bf16(acc_y[nt + h], hi, bk[2 * h], bk[2 * h + 1]);
+                mma_bf16(acc_y[nt + h], lo, bk[2 * h], bk[2 * h + 1]);
+              }
+              if constexpr (kO) {
+                mma_bf16(acc_o[nt + h], hi, bq[2 * h], bq[2 * h + 1]);
+                mma_bf16(acc_o[nt + h], lo, bq[2 * h], bq[2 * h + 1]);
+              }
             }
           }
         }
+      };
+      using Zero = std::integral_constant<int, 0>;
+      using Half = std::integral_constant<int, C::kHalfSteps>;
+      using Yes = std::true_type;
+      using No = std::false_type;
+      if (active) {
+        if constexpr (!C::kHalves) {
+          phase_a(Zero{}, std::integral_constant<int, kKT / 2>{}, Yes{}, Yes{});
+        } else if (shared) {  // this warp's half; hand its partial products over
+          phase_a(Zero{}, Half{}, Yes{}, Yes{});
+          float* x = xch + sw * 3 * C::kXchWords + lane;
+#pragma unroll
+          for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              x[half * C::kXchWords + 32 * (4 * nt + e)] = acc_y[nt][e];
+              if (half == 1) x[2 * C::kXchWords + 32 * (4 * nt + e)] = acc_o[nt][e];
+            }
+        } else {  // both halves, summed as shared warps sum them; Z^T, then O^T (registers)
+          float low[kRowTiles][4];
+          auto both_halves = [&](auto y, float(&acc)[kRowTiles][4]) {
+            phase_a(Zero{}, Half{}, y, std::bool_constant<!decltype(y)::value>{});
+#pragma unroll
+            for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) low[nt][e] = acc[nt][e], acc[nt][e] = 0.f;
+            phase_a(Half{}, Half{}, y, std::bool_constant<!decltype(y)::value>{});
+#pragma unroll
+            for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[nt][e] = low[nt][e] + acc[nt][e];
+          };
+          both_halves(Yes{}, acc_y);
+          both_halves(No{}, acc_o);
+        }
       }
-      __syncthreads();  // the factors written
+      __syncthreads();  // the factors and the partial products written
       if (!active) continue;
+      // Both halves sum Z^T alike (fp32 addition commutes), so they hold the same v_new; half 0
+      // alone writes the output.
+      if (C::kHalves && shared) {
+        const float* x = xch + sw * 3 * C::kXchWords + lane;
+#pragma unroll
+        for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            acc_y[nt][e] += x[(half ^ 1) * C::kXchWords + 32 * (4 * nt + e)];
+            if (half == 0) acc_o[nt][e] += x[2 * C::kXchWords + 32 * (4 * nt + e)];
+          }
+      }
 
       // Phase B: Y^T = beta V^T - Z^T diag(b), then v_new^T = Y^T T^T (T is lower triangular).
       for (int nt = 0; nt < kRowTiles; ++nt)
@@ -269,21 +356,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       add_lower_product<kRowTiles, kLdT>(acc_v, acc_y, st.T, g8, t4);
 
       // The output, out^T = scale exp(gamma) O^T + v_new^T P^T (P lower triangular too).
+      if (half == 0) {
+#pragma unroll
+        for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_o[nt][e] *= ef[tile_col(nt, e)];
+        add_lower_product<kRowTiles, kLdT>(acc_o, acc_v, st.P, g8, t4);
+#pragma unroll
+        for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int v = value_col(e), i = tile_col(nt, e);
+            if (i < nrows && v < vcols)
+              out[(off + c0 + i) * out_ld + int64_t(head) * DV + v0 + v] =
+                  __float2bfloat16_rn(acc_o[nt][e]);
+          }
+      }
 #pragma unroll
       for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[nt][e] *= ef[tile_col(nt, e)];
-      add_lower_product<kRowTiles, kLdT>(acc_o, acc_v, st.P, g8, t4);
-#pragma unroll
-      for (int nt = 0; nt < kRowTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int v = value_col(e), i = tile_col(nt, e);
-          if (i < nrows && v < vcols)
-            out[(off + c0 + i) * out_ld + int64_t(head) * DV + v0 + v] =
-                __float2bfloat16_rn(acc_o[nt][e]);
-          acc_v[nt][e] *= fj[i];  // (v_new f)^T, the update's A
-        }
+        for (int e = 0; e < 4; ++e) acc_v[nt][e] *= fj[tile_col(nt, e)];  // (v_new f)^T
 
       // Phase C: S^T = exp(gamma_last) S^T + (v_new f)^T K; a leaf's final state is not kept.
       if (ci + 1 == n_chunks && slot_out < 0) break;
@@ -298,8 +390,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         split_bf16_a(hi, lo, acc_v[2 * js], acc_v[2 * js + 1]);
 #pragma unroll
         for (int kt = 0; kt < kKT; kt += 2) {
+          if (kt >= nkt) break;
           uint32_t b[4];
-          ldsm_x4_trans(b, st.K + by_key + 16 * js * kLdH + 8 * kt);
+          ldsm_x4_trans(b, st.K + by_key + 16 * js * kLdH + 8 * (kt0 + kt));
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             mma_bf16(sacc[kt + h], hi, b[2 * h], b[2 * h + 1]);
@@ -315,8 +408,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int v = value_col(e), c = tile_col(kt, e);
-          if (v < vcols && c < DK)
+          const int v = value_col(e), c = tile_col(kt0 + kt, e);
+          if (kt < nkt && v < vcols && c < DK)
             state[slot_out * state_ld + state_head + int64_t(c) * DV + v] = sacc[kt][e];
         }
     }

@@ -1,8 +1,9 @@
 // Batch invariance of the GPU's tree kernels: a tree's rows come out with the same bits whether
 // it runs alone in a round or first among 40 trees, as the server packs concurrent requests.
-// The delta rule's state kernel gives a level with few nodes finer head splits (gdn_state.cu:
-// 8 blocks per head for the lone tree's trunk, one for 40 trunks), and attention sees the tree
-// at other stream offsets; neither may change a row's arithmetic. cuBLASLt picks its algorithm
+// The delta rule's state kernel gives a level with few nodes finer head splits and two warps a
+// slab (gdn_state.cu: 8 blocks per head, each of two warps holding one key half, for the lone
+// tree's trunk; one block of 8 warps for 40 trunks), and attention sees the tree at other stream
+// offsets; neither may change a row's arithmetic. cuBLASLt picks its algorithm
 // by row count: in batch-invariant mode gemm.cpp pins it below CudaOps::kGemmPinRows rows, and
 // the GEMMs' rows are checked across row counts in that mode.
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <utility>
 
 #include "backend/cuda/cuda_ops.h"
 #include "cuda_test_util.h"
@@ -56,10 +58,11 @@ bool all_finite(const Vec& x) {
   return std::all_of(x.begin(), x.end(), [](double e) { return std::isfinite(e); });
 }
 
-class CudaInvariance : public CudaTest {};
+// (Dk, Dv): the real models' heads, and a small one whose 32 padded keys also split in halves.
+class CudaInvariance : public CudaTestWithParam<std::pair<int, int>> {};
 
-TEST_F(CudaInvariance, DeltaRuleRowsAndStateIgnoreTheRestOfTheRound) {
-  const int Hk = 2, Hv = 4, Dk = 128, Dv = 128;
+TEST_P(CudaInvariance, DeltaRuleRowsAndStateIgnoreTheRestOfTheRound) {
+  const int Hk = 2, Hv = 4, Dk = GetParam().first, Dv = GetParam().second;
   const int64_t Ck = int64_t(Hk) * Dk, Cv = int64_t(Hv) * Dv, S = int64_t(Hv) * Dk * Dv;
   std::mt19937 gen{2026};
   const int64_t n = 304;  // rows of the tree under test
@@ -102,6 +105,12 @@ TEST_F(CudaInvariance, DeltaRuleRowsAndStateIgnoreTheRestOfTheRound) {
   expect_exact("gdn out, alone vs among 40 trees", among.out, alone.out);
   expect_exact("gdn trunk state, alone vs among 40 trees", among.state, alone.state);
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaInvariance,
+                         ::testing::Values(std::pair{128, 128}, std::pair{24, 24}),
+                         [](const auto& info) {
+                           return cat(info.param.first, "x", info.param.second);
+                         });
 
 class CudaAttentionInvariance : public CudaTestWithParam<int> {};
 
