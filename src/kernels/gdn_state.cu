@@ -195,6 +195,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // row).
   auto value_col = [&](int e) { return kSlab * sw + g8 + 8 * (e >> 1); };
   auto tile_col = [&](int t, int e) { return 8 * t + 2 * t4 + (e & 1); };
+  // The lane's element e of tile nt of a shared slab's part: 0 half 0's Z^T, 1 half 1's Z^T,
+  // 2 half 1's O^T.
+  auto handed = [&](int part, int nt, int e) -> float& {
+    return xch[(sw * 3 + part) * C::kXchWords + 32 * (4 * nt + e) + lane];
+  };
   // ldmatrix row addresses into a bf16 [64][kLdH] tile (K, q), matrices 0-3 of lane 8 m + r:
   // by_row, phase A's B(key, j) = K[j][key]: rows j (+8 for m >= 2), keys +8 for odd m;
   // by_key (.trans), phase C's B(j, key) = K[j][key]: rows j (+8 for odd m), keys +8 for m >= 2.
@@ -304,23 +309,23 @@ __global__ void __launch_bounds__(kThreads, 1)
           phase_a(Zero{}, std::integral_constant<int, kKT / 2>{}, Yes{}, Yes{});
         } else if (shared) {  // this warp's half; hand its partial products over
           phase_a(Zero{}, Half{}, Yes{}, Yes{});
-          float* x = xch + sw * 3 * C::kXchWords + lane;
 #pragma unroll
           for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              x[half * C::kXchWords + 32 * (4 * nt + e)] = acc_y[nt][e];
-              if (half == 1) x[2 * C::kXchWords + 32 * (4 * nt + e)] = acc_o[nt][e];
+              handed(half, nt, e) = acc_y[nt][e];
+              if (half == 1) handed(2, nt, e) = acc_o[nt][e];
             }
         } else {  // both halves, summed as shared warps sum them; Z^T, then O^T (registers)
           float low[kRowTiles][4];
           auto both_halves = [&](auto y, float(&acc)[kRowTiles][4]) {
-            phase_a(Zero{}, Half{}, y, std::bool_constant<!decltype(y)::value>{});
+            using O = std::bool_constant<!decltype(y)::value>;
+            phase_a(Zero{}, Half{}, y, O{});
 #pragma unroll
             for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
               for (int e = 0; e < 4; ++e) low[nt][e] = acc[nt][e], acc[nt][e] = 0.f;
-            phase_a(Half{}, Half{}, y, std::bool_constant<!decltype(y)::value>{});
+            phase_a(Half{}, Half{}, y, O{});
 #pragma unroll
             for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
@@ -334,14 +339,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (!active) continue;
       // Both halves sum Z^T alike (fp32 addition commutes), so they hold the same v_new; half 0
       // alone writes the output.
-      if (C::kHalves && shared) {
-        const float* x = xch + sw * 3 * C::kXchWords + lane;
+      if (shared) {
 #pragma unroll
         for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            acc_y[nt][e] += x[(half ^ 1) * C::kXchWords + 32 * (4 * nt + e)];
-            if (half == 0) acc_o[nt][e] += x[2 * C::kXchWords + 32 * (4 * nt + e)];
+            acc_y[nt][e] += handed(half ^ 1, nt, e);
+            if (half == 0) acc_o[nt][e] += handed(2, nt, e);
           }
       }
 

@@ -3,9 +3,9 @@
 // The delta rule's state kernel gives a level with few nodes finer head splits and two warps a
 // slab (gdn_state.cu: 8 blocks per head, each of two warps holding one key half, for the lone
 // tree's trunk; one block of 8 warps for 40 trunks), and attention sees the tree at other stream
-// offsets; neither may change a row's arithmetic. cuBLASLt picks its algorithm
-// by row count: in batch-invariant mode gemm.cpp pins it below CudaOps::kGemmPinRows rows, and
-// the GEMMs' rows are checked across row counts in that mode.
+// offsets; neither may change a row's arithmetic. cuBLASLt picks its algorithm by row count: in
+// batch-invariant mode gemm.cpp pins it below CudaOps::kGemmPinRows rows, and the GEMMs' rows
+// are checked across row counts in that mode.
 #include <algorithm>
 #include <cmath>
 #include <limits>
