@@ -12,14 +12,16 @@
 // C = D = out stored [N, M] (ld N). No data is transposed.
 //
 // Batch-invariant mode (make_cuda_ops): GEMMs of fewer than kGemmPinRows rows run the algorithm
-// the heuristic picks for kGemmPinRows rows (where cuBLASLt says it takes M), so that a row's
+// of the shape's kGemmPinRows-row plan (where cuBLASLt says it takes M), so that a row's
 // bits do not depend on how many rows share its GEMM, i.e. on the other requests of a server's
 // round. For a few rows and a long K (the last layer's down projection on the read rows: 18 a
 // QuALITY request, K = 3584) the heuristic picks kernels whose rows differ in the last bits from
 // those of the kernels it picks from ~1,000 rows up, which agree with each other (measured on the
 // H200; not split-K reductions: ruling those out changed nothing). Those bits flipped near-tie
 // answers between rounds of 1 and of many requests. The pinned kernels waste most of their tiles
-// on a few rows: rounds under kGemmPinRows token rows (a lone short request) run slower.
+// on a few rows: rounds under kGemmPinRows token rows (a lone short request) run slower. The
+// kGemmPinRows-row plan is an ordinary cache entry (below), so a shape asks the heuristic for it
+// once, however many row counts under it a server's rounds bring.
 // CudaGemmInvariance.RowsIgnoreTheRowCount checks the claim on every GEMM shape of the models.
 //
 // The descriptors, layouts and the heuristic's first algorithm are cached per (M, N, K, out
@@ -32,8 +34,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <memory>
-#include <type_traits>
 
 #include "backend/cuda/cuda_ops.h"
 #include "core/error.h"
@@ -52,35 +52,6 @@ int alignment_of(const void* p) {
 void lt_check(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS)
     throw Error(cat("cuda backend: matmul: ", what, ": ", cublasLtGetStatusString(st)));
-}
-
-using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>,
-                               decltype(&cublasLtMatrixLayoutDestroy)>;
-
-// Batch-invariant mode: the algorithm the heuristic picks for kGemmPinRows rows of the product,
-// if cuBLASLt says it also takes the plan's own rows (b, c) within our workspace.
-bool pinned_algorithm(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-                      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                      cublasLtMatmulPreference_t pref, int64_t N, int64_t K, cudaDataType_t c_type,
-                      size_t workspace_bytes, cublasLtMatmulAlgo_t* algo) {
-  const uint64_t rows = CudaOps::kGemmPinRows;
-  cublasLtMatrixLayout_t raw = nullptr;
-  lt_check(cublasLtMatrixLayoutCreate(&raw, CUDA_R_16BF, uint64_t(K), rows, K), "B (pinned)");
-  const Layout b_pin(raw, &cublasLtMatrixLayoutDestroy);
-  lt_check(cublasLtMatrixLayoutCreate(&raw, c_type, uint64_t(N), rows, N), "C (pinned)");
-  const Layout c_pin(raw, &cublasLtMatrixLayoutDestroy);
-  cublasLtMatmulHeuristicResult_t pinned{}, check{};
-  int n = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b_pin.get(), c_pin.get(), c_pin.get(), pref, 1,
-                                     &pinned, &n) != CUBLAS_STATUS_SUCCESS ||
-      n == 0)
-    return false;
-  if (cublasLtMatmulAlgoCheck(lt, desc, a, b, c, c, &pinned.algo, &check) !=
-          CUBLAS_STATUS_SUCCESS ||
-      check.workspaceSize > workspace_bytes)
-    return false;
-  *algo = pinned.algo;
-  return true;
 }
 
 }  // namespace
@@ -134,10 +105,18 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
     cublasLtMatmulHeuristicResult_t result{};
     int n_results = 0;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    if (batch_invariant_ && M < kGemmPinRows &&
-        pinned_algorithm(lt_, p.desc, p.a, p.b, p.c, pref, N, K, c_type, kGemmWorkspaceBytes,
-                         &result.algo))
-      n_results = 1;
+    if (batch_invariant_ && M < kGemmPinRows) {  // the kGemmPinRows plan's algorithm, if it fits
+      const GemmPlan& pinned =
+          gemm_plan({kGemmPinRows, N, K, out_type, align_x, align_w, align_out});
+      cublasLtMatmulHeuristicResult_t check{};
+      if (!pinned.gemm_ex &&
+          cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.c, &pinned.algo, &check) ==
+              CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= kGemmWorkspaceBytes) {
+        result.algo = pinned.algo;
+        n_results = 1;
+      }
+    }
     if (n_results == 0)
       st = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result,
                                           &n_results);
