@@ -24,9 +24,12 @@ struct RoundPolicy {
   int64_t max_round_tokens = 0;
   // Pad each round at its tail to its capacity bucket (engine/round_capacity.h) so that a
   // backend with CUDA graphs replays one graph per bucket. Rounds over max_bucket_tokens, and
-  // rounds with full-vocabulary readouts, run unpadded (the graph-free path).
+  // rounds with full-vocabulary readouts, run unpadded (the graph-free path): a graph saves the
+  // launches of a round's few hundred ops, which a round of thousands of rows hides behind its
+  // GPU time anyway, while its bucket pads it by up to 6.25%. On the H200 (0.8B) graphs win up
+  // to ~6,000 rows and lose from ~10,000 (bench/results/2026-11-30-gemm-tuning-graphs.md).
   bool pad_to_buckets = false;
-  int32_t max_bucket_tokens = 16384;
+  int32_t max_bucket_tokens = 8192;
 };
 
 struct RunStats {
