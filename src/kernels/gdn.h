@@ -21,9 +21,9 @@
 //           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential.
 // Products run on tensor cores with fp32 accumulation: those of bf16 inputs (the Gram products
 // K K^T and Q K^T) as bf16 (mma.sync m16n8k16; such products are exact in fp32); those of the
-// state and of v_new with K or q as bf16 too, the fp32 operand split into two bf16 parts (16
-// significant bits); the rest as tf32 (m16n8k8): T, P and beta V - beta exp(gamma) K S are
-// rounded to tf32 (2^-11) as operands only, the state itself accumulates in fp32. No atomics:
+// state and of v_new with K or q as bf16 too, the fp32 operand rounded to bf16 (as fla's kernels
+// do); the rest as tf32 (m16n8k8): T, P and beta V - beta exp(gamma) K S are rounded to tf32
+// (2^-11) as operands only. The state itself accumulates in fp32. No atomics:
 // results are deterministic and do not depend on which other nodes share the level.
 #pragma once
 

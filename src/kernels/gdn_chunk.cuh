@@ -29,6 +29,7 @@ namespace flide::kernels::gdn_detail {
 
 using bf16 = __nv_bfloat16;
 
+using detail::acc_pair_as_a;
 using detail::cp_async;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
@@ -37,7 +38,6 @@ using detail::ldsm_x4;
 using detail::ldsm_x4_trans;
 using detail::mma_bf16;
 using detail::smem_u32;
-using detail::split_bf16_a;
 
 constexpr int kChunk = 64;  // HF chunk_size
 constexpr int kWarps = 8;

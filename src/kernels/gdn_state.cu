@@ -31,11 +31,16 @@
 // S^T, and half 0 writes the output. A warp that holds a whole slab sums its two halves the same
 // way, so a node's bits do not depend on how many nodes share its level.
 //
-// Precision: the products with bf16 operands (K, q) run as bf16 m16n8k16 with the fp32 operand
-// (S^T, (v_new f)^T) split into a high and a low bf16 part (split_bf16_a: 16 significant bits,
-// products exact, fp32 sums); those with fp32 operands on both sides (T, P) run in tf32. The
-// split costs two bf16 products where tf32 took one of the same tensor-core time, and spares
-// the bf16 -> tf32 unpacking of every K and q fragment and most tf32 roundings.
+// Precision: the products with bf16 operands (K, q) run as bf16 m16n8k16, the fp32 operand
+// (S^T, (v_new f)^T) rounded to bf16 as it enters them (acc_pair_as_a), with fp32 sums; the
+// state itself stays fp32 in the accumulators. That is the rounding fla's chunked kernels apply
+// (the state and v_new cast to the inputs' dtype for their products), i.e. what HF transformers
+// and vLLM compute on the GPU. Carrying the operand to 16 bits instead (a high and a low bf16
+// part, two products each) cost 1.3-2.3% of a QuALITY round and came no closer to float32: on
+// the same 12 questions the median TVD went 0.014 -> 0.017 forked and 0.019 -> 0.017
+// independent, the largest 0.028 -> 0.029 and 0.035 -> 0.029, inside the spread that bf16
+// rounding elsewhere gives (bench/results/2026-11-30-gemm-tuning-graphs.md). Products with fp32
+// operands on both sides (T, P) run in tf32.
 //
 // B fragments: T^T and P^T from fp32 [row][col] tiles (one 8-byte load: columns 2t, 2t + 1),
 // K^T and q^T by ldmatrix from bf16 [row][key] (a row's key pair in one register), K by
@@ -268,8 +273,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         bj[j] = st.beta[j] * e;
       }
 
-      // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T (high and low
-      // parts) per 16 keys; ldmatrix hands each B fragment over as K and q sit, rows j.
+      // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T per 16 keys;
+      // ldmatrix hands each B fragment over as K and q sit, rows j.
       float acc_y[kRowTiles][4] = {}, acc_o[kRowTiles][4] = {};
       // Steps [first, first + count) of 16 keys from the warp's first key, into acc_y (kY) and
       // acc_o (kO).
@@ -278,8 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         constexpr bool kY = decltype(y)::value, kO = decltype(o)::value;
 #pragma unroll
         for (int ks = k0; ks < k0 + kn; ++ks) {
-          uint32_t hi[4], lo[4];
-          split_bf16_a(hi, lo, sacc[2 * ks], sacc[2 * ks + 1]);
+          uint32_t a[4];
+          acc_pair_as_a(a, sacc[2 * ks], sacc[2 * ks + 1]);
           const int key = 8 * kt0 + 16 * ks;
 #pragma unroll
           for (int nt = 0; nt < kRowTiles; nt += 2) {
@@ -288,14 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             if constexpr (kO) ldsm_x4(bq, st.Q + by_row + 8 * nt * kLdH + key);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              if constexpr (kY) {
-                mma_bf16(acc_y[nt + h], hi, bk[2 * h], bk[2 * h + 1]);
-                mma_bf16(acc_y[nt + h], lo, bk[2 * h], bk[2 * h + 1]);
-              }
-              if constexpr (kO) {
-                mma_bf16(acc_o[nt + h], hi, bq[2 * h], bq[2 * h + 1]);
-                mma_bf16(acc_o[nt + h], lo, bq[2 * h], bq[2 * h + 1]);
-              }
+              if constexpr (kY) mma_bf16(acc_y[nt + h], a, bk[2 * h], bk[2 * h + 1]);
+              if constexpr (kO) mma_bf16(acc_o[nt + h], a, bq[2 * h], bq[2 * h + 1]);
             }
           }
         }
@@ -390,18 +389,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 4; ++e) sacc[kt][e] *= decay;
 #pragma unroll
       for (int js = 0; js < kRowTiles / 2; ++js) {
-        uint32_t hi[4], lo[4];
-        split_bf16_a(hi, lo, acc_v[2 * js], acc_v[2 * js + 1]);
+        uint32_t a[4];
+        acc_pair_as_a(a, acc_v[2 * js], acc_v[2 * js + 1]);
 #pragma unroll
         for (int kt = 0; kt < kKT; kt += 2) {
           if (kt >= nkt) break;
           uint32_t b[4];
           ldsm_x4_trans(b, st.K + by_key + 16 * js * kLdH + 8 * (kt0 + kt));
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            mma_bf16(sacc[kt + h], hi, b[2 * h], b[2 * h + 1]);
-            mma_bf16(sacc[kt + h], lo, b[2 * h], b[2 * h + 1]);
-          }
+          for (int h = 0; h < 2; ++h) mma_bf16(sacc[kt + h], a, b[2 * h], b[2 * h + 1]);
         }
       }
     }

@@ -59,17 +59,4 @@ __device__ __forceinline__ void acc_pair_as_a(uint32_t (&a)[4], const float (&c0
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
-// The same fragment as a high part and the low part it leaves: c = hi + lo to 16 significant bits
-// (c - hi is exact in fp32), 32 times finer than tf32. Against bf16 B operands the two products
-// are exact, so the pair stands for an fp32 operand at twice the cost of one bf16 product.
-__device__ __forceinline__ void split_bf16_a(uint32_t (&hi)[4], uint32_t (&lo)[4],
-                                             const float (&c0)[4], const float (&c1)[4]) {
-  acc_pair_as_a(hi, c0, c1);
-  const float x[8] = {c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]};
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    lo[i] = pack_bf16(x[2 * i] - __uint_as_float(hi[i] << 16),
-                      x[2 * i + 1] - __uint_as_float(hi[i] & 0xffff0000u));
-}
-
 }  // namespace flide::kernels::detail
