@@ -36,11 +36,10 @@
 // state itself stays fp32 in the accumulators. That is the rounding fla's chunked kernels apply
 // (the state and v_new cast to the inputs' dtype for their products), i.e. what HF transformers
 // and vLLM compute on the GPU. Carrying the operand to 16 bits instead (a high and a low bf16
-// part, two products each) cost 1.3-2.3% of a QuALITY round and came no closer to float32: on
-// the same 12 questions the median TVD went 0.014 -> 0.017 forked and 0.019 -> 0.017
-// independent, the largest 0.028 -> 0.029 and 0.035 -> 0.029, inside the spread that bf16
-// rounding elsewhere gives (bench/results/2026-11-30-gemm-tuning-graphs.md). Products with fp32
-// operands on both sides (T, P) run in tf32.
+// part, two products each) cost 1.3-2.3% of a QuALITY round and came no measurably closer to
+// float32, whose distance bf16 rounding elsewhere dominates
+// (bench/results/2026-11-30-gemm-tuning-graphs.md). Products with fp32 operands on both sides
+// (T, P) run in tf32.
 //
 // B fragments: T^T and P^T from fp32 [row][col] tiles (one 8-byte load: columns 2t, 2t + 1),
 // K^T and q^T by ldmatrix from bf16 [row][key] (a row's key pair in one register), K by

@@ -37,7 +37,8 @@ struct BackendChoice {
 };
 BackendChoice parse_backend(const std::optional<std::string>& device,
                             const std::optional<std::string>& dtype,
-                            const std::optional<std::string>& threads, bool batch_invariant);
+                            const std::optional<std::string>& threads,
+                            bool batch_invariant = false);
 std::string_view device_name(Device device);
 // "cpu f32 (16 threads)", "cuda bf16"
 std::string backend_description(const BackendChoice& backend);

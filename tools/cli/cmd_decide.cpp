@@ -163,7 +163,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
   const ModelSource source = parse_model_source(args);
   const std::string input_path = args.required("input");
   const BackendChoice backend =
-      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"), false);
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const ExecMode mode = parse_mode(args.value("mode"));
   const bool graphs = parse_graphs(args.value("graphs"));
   const std::string input = read_file(input_path);

@@ -86,7 +86,7 @@ int cmd_logits(const std::vector<std::string>& argv) {
   const std::string model_dir = args.required("model");
   const std::string id_list = args.required("ids");
   const BackendChoice backend =
-      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"), false);
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const bool all_rows = args.has("all");
   const std::vector<int32_t> ids = parse_ids(id_list);
 
