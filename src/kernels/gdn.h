@@ -10,7 +10,7 @@
 //           first row and the last one of a node may be short, exactly as the CPU reference;
 //   prepare one block per (chunk, value head), all in parallel: in-chunk cumulative gamma,
 //           T = (I + A)^-1 (A = strictly lower beta_i (k_i.k_j) exp(gamma_i - gamma_j)) and
-//           P = (q_i.k_j) Dk^-1/2 exp(gamma_i - gamma_j) (j <= i), stored in fp32 to the
+//           P = (q_i.k_j) Dk^-1/2 exp(gamma_i - gamma_j) (j <= i), stored in bf16 to the
 //           workspace;
 //   state   one block per (node, value head, share of its 16-column slabs; a level with few
 //           nodes splits its heads finer, and gives each slab two warps, one per half of the
@@ -19,12 +19,14 @@
 //           W = T (beta exp(gamma) K) and U = T (beta V) (32 times T's bytes),
 //           out = Dk^-1/2 exp(gamma) (q S) + P v_new, S = exp(gamma_last) S +
 //           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential.
-// Products run on tensor cores with fp32 accumulation: those of bf16 inputs (the Gram products
-// K K^T and Q K^T) as bf16 (mma.sync m16n8k16; such products are exact in fp32); those of the
-// state and of v_new with K or q as bf16 too, the fp32 operand rounded to bf16 (as fla's kernels
-// do); the rest as tf32 (m16n8k8): T, P and beta V - beta exp(gamma) K S are rounded to tf32
-// (2^-11) as operands only. The state itself accumulates in fp32. No atomics:
-// results are deterministic and do not depend on which other nodes share the level.
+// Products run on tensor cores with fp32 accumulation. Those of the state kernel all take bf16
+// operands (mma.sync m16n8k16): K, q and V as they are; the state, beta V - beta exp(gamma) K S
+// and v_new rounded from fp32 as they enter a product; T and P as the prepare kernel stores them.
+// That is fla's rounding (its chunked kernels cast the same factors to the inputs' dtype), i.e.
+// what HF transformers and vLLM compute on the GPU. The prepare kernel's Gram products (K K^T,
+// Q K^T) are exact bf16 products too; its triangular inverse runs in fp32 and tf32 (m16n8k8).
+// The state itself accumulates in fp32. No atomics: results are deterministic and do not depend
+// on which other nodes share the level.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -58,8 +60,8 @@ cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat
 bool gdn_conv_shape_ok(int dim_k, int64_t value_dim);
 
 // Bytes of device scratch gdn_chunked needs for a stream of up to T rows (any T >= the
-// meta.n_tokens it is called with): fp32 T [Hv][T][64], P [Hv][T][64], gamma [Hv][T] and the
-// chunk list, i.e. about 4 * Hv * T * 129 bytes (52 MB for Hv = 16, T = 6260), whatever the
+// meta.n_tokens it is called with): bf16 T [Hv][T][64], P [Hv][T][64], fp32 gamma [Hv][T] and
+// the chunk list, i.e. about 4 * Hv * T * 65 bytes (26 MB for Hv = 16, T = 6260), whatever the
 // head dims. Nothing in it outlives a call, so every GDN layer (and every level) can share one
 // buffer as long as the calls are ordered on one stream.
 size_t gdn_workspace_bytes(int64_t T, int heads_v);

@@ -31,8 +31,8 @@ WorkspaceLayout workspace_layout(int64_t T, int heads_v) {
   const size_t list = size_t(T) + size_t(T + kChunk - 1) / kChunk + 2;
   WorkspaceLayout l{};
   size_t o = 0;
-  l.T = o, o += round_up(rows * kChunk * 4);
-  l.P = o, o += round_up(rows * kChunk * 4);
+  l.T = o, o += round_up(rows * kChunk * sizeof(bf16));
+  l.P = o, o += round_up(rows * kChunk * sizeof(bf16));
   l.gam = o, o += round_up(rows * 4);
   l.chunks = o, o += round_up(list * sizeof(int2));
   l.total = o;
@@ -49,7 +49,7 @@ cudaError_t launch_gdn(GdnArgs a, void* workspace) {
   const WorkspaceLayout l = workspace_layout(a.meta.n_tokens, a.heads_v);
   unsigned char* base = static_cast<unsigned char*>(workspace);
   a.ws =
-      Workspace{reinterpret_cast<float*>(base + l.T), reinterpret_cast<float*>(base + l.P),
+      Workspace{reinterpret_cast<bf16*>(base + l.T), reinterpret_cast<bf16*>(base + l.P),
                 reinterpret_cast<float*>(base + l.gam), reinterpret_cast<int2*>(base + l.chunks)};
   a.scale = float(1.0 / std::sqrt(double(DK)));
   cudaError_t err = detail::multiprocessors(a.sms);

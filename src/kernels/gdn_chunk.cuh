@@ -2,16 +2,16 @@
 // their launcher (gdn_chunk.cu): tensor-core fragment helpers, asynchronous tile copies, the
 // head-dim shapes and the workspace the kernels hand results through.
 //
-// Tensor cores: mma.sync with fp32 accumulation, m16n8k8 tf32 for products of two fp32 operands
-// and m16n8k16 bf16 for those with a bf16 one (mma_bf16.cuh). tf32 fragment layout (PTX ISA), lane
-// = 4 g + t: A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8x8, k x n) b0 (t, g),
-// b1 (t+4, g); C (16x8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1). Shared-memory
-// leading dimensions are padded so that every fragment load is free of bank conflicts for
-// Dk = Dv = 128. Small head dims (test checkpoints) pad to whole tiles with zeros.
+// Tensor cores: mma.sync with fp32 accumulation, m16n8k8 tf32 for the prepare kernel's products
+// of two fp32 operands and m16n8k16 bf16 for every other (mma_bf16.cuh). tf32 fragment layout (PTX
+// ISA), lane = 4 g + t: A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8x8, k x n)
+// b0 (t, g), b1 (t+4, g); C (16x8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
+// Shared-memory leading dimensions are padded so that every fragment load is free of bank conflicts
+// for Dk = Dv = 128. Small head dims (test checkpoints) pad to whole tiles with zeros.
 //
-// fp32 operands that are only ever read by tensor cores (T, P) are stored already rounded to tf32
-// (cvt.rna, as the mma operand would be rounded), so the hot loops load them without converting
-// and the results keep the same bits.
+// What the prepare kernel hands the state kernel for the tensor cores only (T, P) it stores in
+// bf16, the operand type those products take (fla's kernels keep the same factors in the
+// inputs' dtype): half the bytes of fp32 for a kernel bound by reading them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +37,7 @@ using detail::ldsm_x2;
 using detail::ldsm_x4;
 using detail::ldsm_x4_trans;
 using detail::mma_bf16;
+using detail::pack_bf16;
 using detail::smem_u32;
 
 constexpr int kChunk = 64;  // HF chunk_size
@@ -126,8 +127,8 @@ struct Dims {
 // Device scratch, carved identically by gdn_workspace_bytes and the launcher. Rows are indexed
 // by value head and stream row, so chunks of different nodes never share one.
 struct Workspace {
-  float* T;      // [Hv][T][64] row i of a chunk's (I + A)^-1 (0 for j > i), tf32-rounded
-  float* P;      // [Hv][T][64] row i of a chunk against its rows j (0 for j > i), tf32-rounded
+  bf16* T;       // [Hv][T][64] row i of a chunk's (I + A)^-1 (0 for j > i)
+  bf16* P;       // [Hv][T][64] row i of a chunk against its rows j (0 for j > i)
   float* gam;    // [Hv][T] in-chunk cumulative g
   int2* chunks;  // [0].x: number of chunks of the level; [1 + c]: (node, first row in node)
 };

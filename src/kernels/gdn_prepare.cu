@@ -11,6 +11,8 @@
 //      (3, 2), then T[32:64, 0:32] = T_hi L[32:64, 0:32] T_lo (hi, lo: the diagonal 32x32 halves);
 //      warps 2-7: P = scale q_i.k_j exp(gamma_i - gamma_j) (j <= i) to the workspace;
 //   E  all warps: T to the workspace, in natural column order, zero above the diagonal.
+// Both leave for the workspace rounded to bf16, the operand type the state kernel's products
+// with them take (gdn.h).
 // The state kernel applies T itself (v_new = T (beta V - beta exp(gamma) K S)), so W = T (beta
 // exp(gamma) K) and U = T (beta V), 32 times T's size, are never formed.
 // Products run on tensor cores: K K^T and Q K^T as bf16 m16n8k16 (exact products of bf16 inputs,
@@ -367,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int i = 16 * mt + g8 + 8 * h;
         if (i >= nrows) continue;
         const float gi = gam_s[i];
-        float* prow = ws.P + (hrow + i) * kChunk;
+        bf16* prow = ws.P + (hrow + i) * kChunk;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
           if (s >= n) continue;
@@ -376,11 +378,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
           for (int e = 0; e < 2; ++e)
             p[e] = j + e <= i ? scale * acc[s][2 * h + e] * __expf(gi - gam_s[j + e]) : 0.f;
-          *reinterpret_cast<float2*>(prow + j) = make_float2(round_tf32(p[0]), round_tf32(p[1]));
+          *reinterpret_cast<uint32_t*>(prow + j) = pack_bf16(p[0], p[1]);
         }
         if (nt0 + n == 2 * mt + 2)
           for (int j = 8 * (nt0 + n) + 2 * t4; j < kChunk; j += 8)
-            *reinterpret_cast<float2*>(prow + j) = make_float2(0.f, 0.f);
+            *reinterpret_cast<uint32_t*>(prow + j) = 0u;
       }
     }
     __syncthreads();  // T complete; Q's and L's slots are free
@@ -397,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       float t[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) t[c] = j + c <= i ? trow[(c >> 1) + 4 * (c & 1)] : 0.f;
-      *reinterpret_cast<float4*>(ws.T + (hrow + i) * kChunk + j) =
-          make_float4(t[0], t[1], t[2], t[3]);
+      *reinterpret_cast<uint2*>(ws.T + (hrow + i) * kChunk + j) =
+          make_uint2(pack_bf16(t[0], t[1]), pack_bf16(t[2], t[3]));
     }
   }
 }

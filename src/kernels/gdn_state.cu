@@ -7,13 +7,12 @@
 //   out^T   = Dk^-1/2 exp(gamma) (S^T q^T) + v_new^T P^T      (to bf16 out)
 //   S^T     = exp(gamma_last) S^T + (v_new f)^T K,  f_j = exp(gamma_last - gamma_j).
 // Applying T here instead of reading W = T (b K) and U = T (beta V) from the prepare kernel
-// moves 64 instead of 2 (Dk + Dv) fp32 values per chunk row, and this kernel is bound by what it
+// moves 64 instead of 2 (Dk + Dv) values per chunk row, and this kernel is bound by what it
 // reads; the extra product (Y^T T^T, triangular) is a fifth of the chunk's tensor-core work.
 // Why transposed: the state is then the A operand of both products with S, and Y^T and v_new^T
 // the A operands of the others, and an accumulator tile is an A fragment as it stands: two n8
-// tiles side by side are an m16n8k16 bf16 A (pairs 2t, 2t+1), one tile is an m16n8k8 tf32 A
-// once its k index is permuted (slot t <-> column 2t, slot t + 4 <-> 2t + 1; its B fragments
-// read rows in the same order). So neither the state nor v_new ever goes through shared or
+// tiles side by side are an m16n8k16 bf16 A (pairs 2t, 2t+1). So neither the state nor v_new
+// ever goes through shared or
 // global memory, the warps share nothing but the staged inputs (two barriers per chunk: the
 // stage landed; the gate factors landed), and each chunk's T, P, q, K and V are staged once per
 // block for up to 8 slabs. Both products with the entering state (S^T K^T and S^T q^T) share
@@ -31,20 +30,18 @@
 // S^T, and half 0 writes the output. A warp that holds a whole slab sums its two halves the same
 // way, so a node's bits do not depend on how many nodes share its level.
 //
-// Precision: the products with bf16 operands (K, q) run as bf16 m16n8k16, the fp32 operand
-// (S^T, (v_new f)^T) rounded to bf16 as it enters them (acc_pair_as_a), with fp32 sums; the
-// state itself stays fp32 in the accumulators. That is the rounding fla's chunked kernels apply
-// (the state and v_new cast to the inputs' dtype for their products), i.e. what HF transformers
-// and vLLM compute on the GPU. Carrying the operand to 16 bits instead (a high and a low bf16
-// part, two products each) cost 1.3-2.3% of a QuALITY round and came no measurably closer to
-// float32, whose distance bf16 rounding elsewhere dominates
-// (bench/results/2026-11-30-gemm-tuning-graphs.md). Products with fp32 operands on both sides
-// (T, P) run in tf32.
+// Precision: every product runs as bf16 m16n8k16 with fp32 sums, its fp32 operand (S^T, Y^T,
+// v_new^T, (v_new f)^T) rounded to bf16 as it enters (acc_pair_as_a); the state itself stays
+// fp32 in the accumulators. That is the rounding fla's chunked kernels apply (the state, v_new and
+// the chunk's factors cast to the inputs' dtype for their products), i.e. what HF transformers
+// and vLLM compute on the GPU. Carrying the state's operand to 16 bits instead (a high and a low
+// bf16 part, two products each) cost 1.3-2.3% of a QuALITY round and came no measurably closer
+// to float32, whose distance bf16 rounding elsewhere dominates
+// (bench/results/2026-11-30-gemm-tuning-graphs.md).
 //
-// B fragments: T^T and P^T from fp32 [row][col] tiles (one 8-byte load: columns 2t, 2t + 1),
-// K^T and q^T by ldmatrix from bf16 [row][key] (a row's key pair in one register), K by
-// ldmatrix.trans (one key's row pair). Row paddings make all of them free of bank conflicts
-// for Dk = Dv = 128.
+// B fragments by ldmatrix: T^T, P^T, K^T and q^T from bf16 [row][col] tiles (a row's column
+// pair in one register), K by ldmatrix.trans (one key's row pair). Row paddings make all of them
+// free of bank conflicts for Dk = Dv = 128.
 //
 // Chunk rows past a node's end are zeros in shared memory (T, P, q, k, V, gamma, beta) and
 // f = b = 0 there: they change neither the real rows' outputs nor the state, and they are never
@@ -71,14 +68,14 @@ struct StateCfg : Dims<DK, DV> {
   static constexpr bool kHalves = D::kKp % 32 == 0;
   static constexpr int kHalfSteps = kKeyTiles / 4;  // k16 steps of a half
   static constexpr int kMinSplits = 2 * kSlabs > kWarps ? 2 * kSlabs / kWarps : 1;  // shared
-  static constexpr int kLdT = kChunk + 8;  // fp32 T, P: 8 mod 32 words (8-byte loads)
+  static constexpr int kLdT = kChunk + 8;  // bf16 T, P: 4 mod 32 words
   static constexpr int kLdH = D::kLdH;     // bf16 q, K: 4 mod 32 words
   static constexpr int kLdV = kUcols + 8;  // bf16 V, the block's columns: 4 mod 32 words
 
   // Shared memory (bytes): two stages (chunk c and c + 1 in flight), then the chunk's factors.
   static constexpr int kStT = 0;
-  static constexpr int kStP = kStT + kChunk * kLdT * 4;
-  static constexpr int kStQ = kStP + kChunk * kLdT * 4;
+  static constexpr int kStP = kStT + kChunk * kLdT * 2;
+  static constexpr int kStQ = kStP + kChunk * kLdT * 2;
   static constexpr int kStK = kStQ + kChunk * kLdH * 2;
   static constexpr int kStV = kStK + kChunk * kLdH * 2;
   static constexpr int kStGam = kStV + kChunk * kLdV * 2;
@@ -113,22 +110,24 @@ __device__ __forceinline__ void load_slab_tile(T* dst, const T* src, int64_t src
   }
 }
 
-// acc[nt] += x[jt] L^T over the row tiles jt <= nt, for a lower-triangular fp32 [64][kLd] tile L
-// already rounded to tf32 (T, P): B(j, i) = L[i][j], the pair (2t, 2t + 1) in one 8-byte load.
-// x is a set of accumulator tiles used as A fragments (acc_as_a).
-template <int kTiles, int kLd>
+// acc[nt] += x L^T for a lower-triangular bf16 [64][kLd] tile L (T, P): B(j, i) = L[i][j], two
+// row tiles of L a ldmatrix at `rows` (the lane's row address, as phase A's K^T). x is a set of
+// accumulator tiles, two of them an A fragment (acc_pair_as_a); a step of 16 columns j meets
+// only the row tiles that reach its first column (the rest of L is zero).
+template <int kTiles>
 __device__ __forceinline__ void add_lower_product(float (&acc)[kTiles][4],
-                                                  const float (&x)[kTiles][4], const float* L,
-                                                  int g8, int t4) {
+                                                  const float (&x)[kTiles][4], const bf16* rows,
+                                                  int ld) {
 #pragma unroll
-  for (int jt = 0; jt < kTiles; ++jt) {
+  for (int js = 0; js < kTiles / 2; ++js) {
     uint32_t a[4];
-    acc_as_a(a, x[jt]);
+    acc_pair_as_a(a, x[2 * js], x[2 * js + 1]);
 #pragma unroll
-    for (int nt = jt; nt < kTiles; ++nt) {
-      const float2 l = *reinterpret_cast<const float2*>(L + (8 * nt + g8) * kLd + 8 * jt + 2 * t4);
-      const uint32_t b[2] = {__float_as_uint(l.x), __float_as_uint(l.y)};
-      mma(acc[nt], a, b);
+    for (int nt = 2 * js; nt < kTiles; nt += 2) {
+      uint32_t b[4];
+      ldsm_x4(b, rows + 8 * nt * ld + 16 * js);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) mma_bf16(acc[nt + h], a, b[2 * h], b[2 * h + 1]);
     }
   }
 }
@@ -149,8 +148,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kRowTiles = kChunk / 8;  // n8 tiles of the chunk's rows
   extern __shared__ __align__(16) unsigned char smem[];
   struct Stage {
-    float* T;     // [64][kLdT]
-    float* P;     // [64][kLdT]
+    bf16* T;      // [64][kLdT]
+    bf16* P;      // [64][kLdT]
     bf16* Q;      // [64][kLdH]
     bf16* K;      // [64][kLdH]
     bf16* V;      // [64][kLdV] the block's value columns
@@ -160,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto stage = [&](int b) {
     unsigned char* base = smem + b * C::kStBytes;
     return Stage{
-        reinterpret_cast<float*>(base + C::kStT),   reinterpret_cast<float*>(base + C::kStP),
+        reinterpret_cast<bf16*>(base + C::kStT),    reinterpret_cast<bf16*>(base + C::kStP),
         reinterpret_cast<bf16*>(base + C::kStQ),    reinterpret_cast<bf16*>(base + C::kStK),
         reinterpret_cast<bf16*>(base + C::kStV),    reinterpret_cast<float*>(base + C::kStGam),
         reinterpret_cast<float*>(base + C::kStBeta)};
@@ -207,7 +206,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ldmatrix row addresses into a bf16 [64][kLdH] tile (K, q), matrices 0-3 of lane 8 m + r:
   // by_row, phase A's B(key, j) = K[j][key]: rows j (+8 for m >= 2), keys +8 for odd m;
   // by_key (.trans), phase C's B(j, key) = K[j][key]: rows j (+8 for odd m), keys +8 for m >= 2.
-  const int by_row = ((lane >> 4) * 8 + (lane & 7)) * kLdH + ((lane >> 3) & 1) * 8;
+  const int row_m = (lane >> 4) * 8 + (lane & 7), col_m = ((lane >> 3) & 1) * 8;
+  const int by_row = row_m * kLdH + col_m;
+  const int by_row_t = row_m * kLdT + col_m;  // the same in a [64][kLdT] tile (T, P)
   const int by_key = (((lane >> 3) & 1) * 8 + (lane & 7)) * kLdH + (lane >> 4) * 8;
 
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -225,10 +226,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
       const int64_t t0 = off + c0;
       if (ltid >= 0) {
-        load_tile<float, 4, kChunk, kLdT>(st.T, ws.T + (hrow + c0) * kChunk, kChunk, nrows, kChunk,
-                                          ltid, loaders);
-        load_tile<float, 4, kChunk, kLdT>(st.P, ws.P + (hrow + c0) * kChunk, kChunk, nrows, kChunk,
-                                          ltid, loaders);
+        load_tile<bf16, 8, kChunk, kLdT>(st.T, ws.T + (hrow + c0) * kChunk, kChunk, nrows, kChunk,
+                                         ltid, loaders);
+        load_tile<bf16, 8, kChunk, kLdT>(st.P, ws.P + (hrow + c0) * kChunk, kChunk, nrows, kChunk,
+                                         ltid, loaders);
         load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.Q, q + t0 * qk_ld + kh * DK, qk_ld, nrows, DK,
                                                 ltid, loaders);
         load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.K, k + t0 * qk_ld + kh * DK, qk_ld, nrows, DK,
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc_y[nt][e] = st.beta[j] * __bfloat162float(st.V[j * kLdV + v]) - bj[j] * acc_y[nt][e];
         }
       float acc_v[kRowTiles][4] = {};
-      add_lower_product<kRowTiles, kLdT>(acc_v, acc_y, st.T, g8, t4);
+      add_lower_product(acc_v, acc_y, st.T + by_row_t, kLdT);
 
       // The output, out^T = scale exp(gamma) O^T + v_new^T P^T (P lower triangular too).
       if (half == 0) {
@@ -363,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc_o[nt][e] *= ef[tile_col(nt, e)];
-        add_lower_product<kRowTiles, kLdT>(acc_o, acc_v, st.P, g8, t4);
+        add_lower_product(acc_o, acc_v, st.P + by_row_t, kLdT);
 #pragma unroll
         for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
