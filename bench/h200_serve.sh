@@ -5,9 +5,12 @@
 # /metrics after each workload. From the repo root:
 #   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
 # Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), GRAPHS (on|off),
-# SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant).
+# SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant), POWER_CLIENTS (client counts,
+# e.g. 1,8, each run once more alone under bench/power_trace.py before the table: the GPU's
+# power, clock and energy per request under that load, in serve_power.jsonl).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+POWER_CLIENTS=${POWER_CLIENTS:-}
 out=${OUT:-h200-out}
 mkdir -p "$out"
 shapes=${SHAPES:-qwen3_5_0_8b}
@@ -26,6 +29,11 @@ for shape in ${shapes//,/ }; do
     sleep 0.2
   done
   for w in ${workloads//,/ }; do
+    for c in ${POWER_CLIENTS//,/ }; do
+      python3 bench/power_trace.py --csv "$out/power_${shape}_${w}_$c.csv" --window steady:3:-1 -- \
+          $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "$c" \
+          --duration "${DURATION:-10}" --json | tee -a "$out/serve_power.jsonl"
+    done
     $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "${CLIENTS:-1,8,64}" \
         --duration "${DURATION:-10}" --json | tee -a "$out/bench_serve.jsonl"
     # The server's counters so far (round sizes, queue waits: cumulative over the workloads).
