@@ -12,12 +12,11 @@
 // Why transposed: the state is then the A operand of both products with S, and Y^T and v_new^T
 // the A operands of the others, and an accumulator tile is an A fragment as it stands: two n8
 // tiles side by side are an m16n8k16 bf16 A (pairs 2t, 2t+1). So neither the state nor v_new
-// ever goes through shared or
-// global memory, the warps share nothing but the staged inputs (two barriers per chunk: the
-// stage landed; the gate factors landed), and each chunk's T, P, q, K and V are staged once per
-// block for up to 8 slabs. Both products with the entering state (S^T K^T and S^T q^T) share
-// its A fragments before the second barrier, so the chunk's only waits after it are on its own
-// products.
+// ever goes through shared or global memory, the warps share nothing but the staged inputs (two
+// barriers per chunk: the stage landed; the gate factors landed), and each chunk's T, P, q, K and
+// V are staged once per block for up to 8 slabs. Both products with the entering state (S^T K^T
+// and S^T q^T) share its A fragments before the second barrier, so the chunk's only waits after
+// it are on its own products.
 //
 // Key halves (Dk padded to a multiple of 32: every real model): S^T K^T and S^T q^T are summed as
 // the products over the first half of the keys plus those over the second, always. A level of
