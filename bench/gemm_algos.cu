@@ -2,16 +2,23 @@
 // shapes, laid out as gemm.cpp lays them out (bf16 in and out, fp32 compute, w [N, K] transposed,
 // x [M, K]; the residual-add shapes with beta = 1), to see how far the heuristic's first choice,
 // which flide runs, is from the fastest. Each algorithm: 3 untimed runs, then the best of 3
-// timings of 20 back-to-back runs. A diagnostic, not part of the build:
+// timings of 20 back-to-back runs. With --sustain S, each algorithm instead runs back to back
+// for S seconds and the time of the second half is reported: short bursts run at full clock,
+// but a GPU held at its power limit (a server under load) lowers its clock until the watts fit,
+// so there an algorithm's time follows the energy it spends. A diagnostic, not part of the build:
 //   nvcc -std=c++17 -arch=sm_90a -O2 bench/gemm_algos.cu -lcublasLt -o /tmp/gemm_algos
-//   /tmp/gemm_algos [M ...]        (default: 25040 50080 6260, rounds of 4, 8 and 1 QuALITY)
-// bench/results/2026-11-30-gemm-tuning-graphs.md has one run and what came of it.
+//   /tmp/gemm_algos [--sustain S] [M ...]   (default: 25040 50080 6260, rounds of 4, 8 and 1
+//                                            QuALITY requests)
+// bench/results/2026-11-30-gemm-tuning-graphs.md has one run and what came of it,
+// 2026-11-30-serve-energy.md a sustained one.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -60,7 +67,13 @@ int attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t 
 
 int main(int argc, char** argv) {
   std::vector<int> rows;
-  for (int i = 1; i < argc; ++i) rows.push_back(std::atoi(argv[i]));
+  double sustain_s = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sustain") == 0 && i + 1 < argc)
+      sustain_s = std::atof(argv[++i]);
+    else
+      rows.push_back(std::atoi(argv[i]));
+  }
   if (rows.empty()) rows = {25040, 50080, 6260};
   const size_t max_m = size_t(*std::max_element(rows.begin(), rows.end()));
   const size_t max_n = 6144, max_k = 3584;
@@ -118,19 +131,36 @@ int main(int argc, char** argv) {
                                 &results[i].algo, workspace, kWorkspace, nullptr);
         };
         for (int r = 0; r < 3; ++r) run();
-        float best = 1e30f;
+        float ms_per_run = 1e30f;
         constexpr int kRuns = 20;
-        for (int t = 0; t < 3; ++t) {
+        if (sustain_s > 0) {  // batches of kRuns until S seconds; the second half timed
+          using Clock = std::chrono::steady_clock;
+          const Clock::time_point t0 = Clock::now();
+          double timed_ms = 0;
+          long timed_runs = 0;
+          for (double elapsed = 0; elapsed < sustain_s;
+               elapsed = std::chrono::duration<double>(Clock::now() - t0).count()) {
+            cudaEventRecord(start);
+            for (int r = 0; r < kRuns; ++r) run();
+            cudaEventRecord(stop);
+            cudaEventSynchronize(stop);
+            float ms = 0.f;
+            cudaEventElapsedTime(&ms, start, stop);
+            if (elapsed >= sustain_s / 2) timed_ms += ms, timed_runs += kRuns;
+          }
+          ms_per_run = timed_runs > 0 ? float(timed_ms / double(timed_runs)) : 0.f;
+        }
+        for (int t = 0; t < 3 && sustain_s <= 0; ++t) {
           cudaEventRecord(start);
           for (int r = 0; r < kRuns; ++r) run();
           cudaEventRecord(stop);
           cudaEventSynchronize(stop);
           float ms = 0.f;
           cudaEventElapsedTime(&ms, start, stop);
-          best = std::min(best, ms / kRuns);
+          ms_per_run = std::min(ms_per_run, ms / kRuns);
         }
         std::printf("  algo %2d: %8.1f us  %6.1f TFLOP/s  tile %d stages %d splitk %d ws %zu\n", i,
-                    best * 1e3, flop / (best * 1e-3) / 1e12,
+                    ms_per_run * 1e3, flop / (ms_per_run * 1e-3) / 1e12,
                     attr(results[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                     attr(results[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                     attr(results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
