@@ -9,9 +9,9 @@
 // Shared-memory leading dimensions are padded so that every fragment load is free of bank conflicts
 // for Dk = Dv = 128. Small head dims (test checkpoints) pad to whole tiles with zeros.
 //
-// What the prepare kernel hands the state kernel for the tensor cores only (T, P) it stores in
-// bf16, the operand type those products take (fla's kernels keep the same factors in the
-// inputs' dtype): half the bytes of fp32 for a kernel bound by reading them.
+// T and P, which the prepare kernel hands to the state kernel and only tensor cores read, are
+// stored in bf16, the operand type of the products that take them (fla's kernels keep the same
+// factors in the inputs' dtype): half the bytes of fp32, for a kernel bound by reading them.
 #pragma once
 
 #include <cuda_bf16.h>

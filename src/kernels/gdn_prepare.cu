@@ -11,8 +11,8 @@
 //      (3, 2), then T[32:64, 0:32] = T_hi L[32:64, 0:32] T_lo (hi, lo: the diagonal 32x32 halves);
 //      warps 2-7: P = scale q_i.k_j exp(gamma_i - gamma_j) (j <= i) to the workspace;
 //   E  all warps: T to the workspace, in natural column order, zero above the diagonal.
-// Both leave for the workspace rounded to bf16, the operand type the state kernel's products
-// with them take (gdn.h).
+// Both go to the workspace rounded to bf16, the operand type of the state kernel's products
+// with them (gdn.h).
 // The state kernel applies T itself (v_new = T (beta V - beta exp(gamma) K S)), so W = T (beta
 // exp(gamma) K) and U = T (beta V), 32 times T's size, are never formed.
 // Products run on tensor cores: K K^T and Q K^T as bf16 m16n8k16 (exact products of bf16 inputs,
