@@ -131,8 +131,17 @@ int main(int argc, char** argv) {
                                 &results[i].algo, workspace, kWorkspace, nullptr);
         };
         for (int r = 0; r < 3; ++r) run();
-        float ms_per_run = 1e30f;
         constexpr int kRuns = 20;
+        auto time_runs = [&] {  // ms of kRuns back-to-back runs
+          cudaEventRecord(start);
+          for (int r = 0; r < kRuns; ++r) run();
+          cudaEventRecord(stop);
+          cudaEventSynchronize(stop);
+          float ms = 0.f;
+          cudaEventElapsedTime(&ms, start, stop);
+          return double(ms);
+        };
+        double ms_per_run = 1e30;
         if (sustain_s > 0) {  // batches of kRuns until S seconds; the second half timed
           using Clock = std::chrono::steady_clock;
           const Clock::time_point t0 = Clock::now();
@@ -140,24 +149,12 @@ int main(int argc, char** argv) {
           long timed_runs = 0;
           for (double elapsed = 0; elapsed < sustain_s;
                elapsed = std::chrono::duration<double>(Clock::now() - t0).count()) {
-            cudaEventRecord(start);
-            for (int r = 0; r < kRuns; ++r) run();
-            cudaEventRecord(stop);
-            cudaEventSynchronize(stop);
-            float ms = 0.f;
-            cudaEventElapsedTime(&ms, start, stop);
+            const double ms = time_runs();
             if (elapsed >= sustain_s / 2) timed_ms += ms, timed_runs += kRuns;
           }
-          ms_per_run = timed_runs > 0 ? float(timed_ms / double(timed_runs)) : 0.f;
-        }
-        for (int t = 0; t < 3 && sustain_s <= 0; ++t) {
-          cudaEventRecord(start);
-          for (int r = 0; r < kRuns; ++r) run();
-          cudaEventRecord(stop);
-          cudaEventSynchronize(stop);
-          float ms = 0.f;
-          cudaEventElapsedTime(&ms, start, stop);
-          ms_per_run = std::min(ms_per_run, ms / kRuns);
+          ms_per_run = timed_runs > 0 ? timed_ms / double(timed_runs) : 0.0;
+        } else {
+          for (int t = 0; t < 3; ++t) ms_per_run = std::min(ms_per_run, time_runs() / kRuns);
         }
         std::printf("  algo %2d: %8.1f us  %6.1f TFLOP/s  tile %d stages %d splitk %d ws %zu\n", i,
                     ms_per_run * 1e3, flop / (ms_per_run * 1e-3) / 1e12,
