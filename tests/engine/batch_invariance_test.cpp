@@ -5,20 +5,18 @@
 
 #include <filesystem>
 #include <random>
-#include <string>
 
+#include "common/checkpoint_param.h"
 #include "common/round_invariance.h"
 
 namespace flide {
 namespace {
 
-const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
-struct Case {
-  const char* dir;
-  DType dtype;
-};
+using test::CheckpointParam;
 
-class CpuBatchInvariance : public testing::TestWithParam<Case> {};
+const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
+
+class CpuBatchInvariance : public testing::TestWithParam<CheckpointParam> {};
 
 TEST_P(CpuBatchInvariance, TreeAloneAndAmongOthersGiveTheSameBits) {
   const std::filesystem::path dir = kRoot / GetParam().dir;
@@ -30,19 +28,13 @@ TEST_P(CpuBatchInvariance, TreeAloneAndAmongOthersGiveTheSameBits) {
   test::expect_same_bits(test::run_alone_and_among(exec, rng, model->info().vocab_size));
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, CpuBatchInvariance,
-                         testing::Values(Case{"models/flide-tiny-random", DType::DType_f32},
-                                         Case{"models/flide-tiny-random", DType::DType_f64},
-                                         Case{"tests/data/golden_gqa", DType::DType_f32},
-                                         Case{"tests/data/golden_tied_sharded", DType::DType_f32}),
-                         [](const auto& info) {
-                           std::string name =
-                               std::filesystem::path(info.param.dir).filename().string() +
-                               (info.param.dtype == DType::DType_f32 ? "_f32" : "_f64");
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, CpuBatchInvariance,
+    testing::Values(CheckpointParam{"models/flide-tiny-random", DType::DType_f32},
+                    CheckpointParam{"models/flide-tiny-random", DType::DType_f64},
+                    CheckpointParam{"tests/data/golden_gqa", DType::DType_f32},
+                    CheckpointParam{"tests/data/golden_tied_sharded", DType::DType_f32}),
+    [](const auto& info) { return test::checkpoint_param_name(info.param); });
 
 }  // namespace
 }  // namespace flide

@@ -15,24 +15,21 @@
 #include <cmath>
 #include <filesystem>
 
+#include "common/checkpoint_param.h"
 #include "common/golden_cases.h"
 #include "model/model.h"
 
 namespace flide {
 namespace {
 
+using test::CheckpointParam;
 using test::GoldenCase;
 using test::read_golden;
 using test::single_sequence;
 
 const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
 
-struct GoldenParam {
-  const char* dir;
-  DType dtype;
-};
-
-class Golden : public testing::TestWithParam<GoldenParam> {};
+class Golden : public testing::TestWithParam<CheckpointParam> {};
 
 TEST_P(Golden, LogitsMatchTransformers) {
   const std::filesystem::path dir = kRoot / GetParam().dir;
@@ -61,16 +58,12 @@ TEST_P(Golden, LogitsMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(
     Checkpoints, Golden,
-    testing::Values(GoldenParam{"tests/data/golden_gqa", DType::DType_f32},
-                    GoldenParam{"tests/data/golden_gqa", DType::DType_f64},
-                    GoldenParam{"tests/data/golden_tied_sharded", DType::DType_f32},
-                    GoldenParam{"tests/data/golden_tied_sharded", DType::DType_f64},
-                    GoldenParam{"models/flide-tiny-random", DType::DType_f32}),
-    [](const auto& info) {
-      std::string name = std::filesystem::path(info.param.dir).filename().string();
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name + (info.param.dtype == DType::DType_f32 ? "_f32" : "_f64");
-    });
+    testing::Values(CheckpointParam{"tests/data/golden_gqa", DType::DType_f32},
+                    CheckpointParam{"tests/data/golden_gqa", DType::DType_f64},
+                    CheckpointParam{"tests/data/golden_tied_sharded", DType::DType_f32},
+                    CheckpointParam{"tests/data/golden_tied_sharded", DType::DType_f64},
+                    CheckpointParam{"models/flide-tiny-random", DType::DType_f32}),
+    [](const auto& info) { return test::checkpoint_param_name(info.param); });
 
 }  // namespace
 }  // namespace flide
