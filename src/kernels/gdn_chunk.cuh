@@ -44,6 +44,16 @@ constexpr int kChunk = 64;  // HF chunk_size
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 
+// Named barriers among some warps (0 is __syncthreads). bar.arrive does not wait, and what the
+// arriving thread wrote before it is visible to the threads that complete the barrier with
+// bar.sync (PTX ISA: the producer/consumer pattern).
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rounding and tensor-core fragments
 
@@ -95,18 +105,31 @@ __device__ __forceinline__ void stage_vector(T* dst, const T* src, bool in_range
     zero_bytes<kBytes>(dst);
 }
 
-// dst [kChunk][kLd] <- src rows r < nrows (row stride src_ld), columns c < cols, asynchronously;
-// every other element of the first kCols columns is set to zero. cols % kVec == 0. Copied by
-// threads tid of nthreads (the whole block unless a kernel keeps some warps off loads).
+// dst [kChunk][kLd] <- src rows r < nrows (row stride src_ld), vectors of kVec elements
+// [0, vecs) of each row, element columns c < cols, asynchronously; every other element of those
+// vectors is set to zero. Copied by threads tid of nthreads (the whole block unless a kernel keeps
+// some warps off loads), a multiple of 32, with vecs a power of two <= 32: so a thread's vectors
+// all sit in one column and only the row advances, and a copy costs a few instructions instead of
+// a division and a 64-bit product each (the state kernel issues ~30 a thread per chunk).
+template <typename T, int kVec, int kLd>
+__device__ __forceinline__ void load_rows(T* dst, const T* src, int64_t src_ld, int nrows, int cols,
+                                          int vecs, int tid, int nthreads) {
+  const int c = (tid & (vecs - 1)) * kVec, dr = nthreads / vecs;
+  const bool col_in = c < cols;
+  const int64_t step = int64_t(dr) * src_ld;
+  src += int64_t(tid / vecs) * src_ld + c;
+  for (int r = tid / vecs; r < kChunk; r += dr, src += step)
+    stage_vector<T, kVec>(dst + r * kLd + c, src, col_in && r < nrows);
+}
+
+// load_rows over the first kCols columns. cols % kVec == 0.
 template <typename T, int kVec, int kCols, int kLd>
 __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t src_ld, int nrows, int cols,
                                           int tid = threadIdx.x, int nthreads = kThreads) {
-  static_assert(kCols % kVec == 0, "whole vectors");
   constexpr int kVecs = kCols / kVec;
-  for (int i = tid; i < kChunk * kVecs; i += nthreads) {
-    const int r = i / kVecs, c = (i % kVecs) * kVec;
-    stage_vector<T, kVec>(dst + r * kLd + c, src + r * src_ld + c, r < nrows && c < cols);
-  }
+  static_assert(kCols % kVec == 0 && kVecs <= 32 && (kVecs & (kVecs - 1)) == 0,
+                "a power of two of whole vectors, at most 32");
+  load_rows<T, kVec, kLd>(dst, src, src_ld, nrows, cols, kVecs, tid, nthreads);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -106,14 +106,6 @@ __device__ __forceinline__ void frag_a_tf32(uint32_t (&a)[4], const float* p, in
   ldsm_x4(a, p + ((lane >> 3) & 1) * 8 * ld + (lane & 7) * ld + (lane >> 4) * 4);
 }
 
-// Named barriers among some warps (0 is __syncthreads).
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // tf32 fragments with k paired as (2t, 2t+1) in place of (t, t+4) (file-top comment).
 // B of a row-major fp32 tile, p = &B[k0][n0], rounded here or already tf32.
 __device__ __forceinline__ void frag_b_pair(uint32_t (&b)[2], const float* p, int ld, int g,

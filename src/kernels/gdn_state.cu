@@ -16,7 +16,9 @@
 // barriers per chunk: the stage landed; the gate factors landed), and each chunk's T, P, q, K and
 // V are staged once per block for up to 8 slabs. Both products with the entering state (S^T K^T
 // and S^T q^T) share its A fragments before the second barrier, so the chunk's only waits after
-// it are on its own products.
+// it are on its own products. Where a block has warps without a slab (a level of few nodes),
+// those alone compute the factors and stage the next chunk: they only arrive at the second
+// barrier, right after the factors, and issue the next chunk's copies while the others compute.
 //
 // Key halves (Dk padded to a multiple of 32: every real model): S^T K^T and S^T q^T are summed as
 // the products over the first half of the keys plus those over the second, always. A level of
@@ -53,6 +55,9 @@ namespace flide::kernels::gdn_detail {
 namespace {
 
 constexpr int kSlab = 16;  // value columns (S^T rows) of one warp
+// Named barrier (gdn_chunk.cuh) of a chunk's factors and key-half partial products: computing
+// warps wait on it, warps of loaders only arrive.
+constexpr int kFactorsBarrier = 1;
 
 template <int DK, int DV>
 struct StateCfg : Dims<DK, DV> {
@@ -60,6 +65,8 @@ struct StateCfg : Dims<DK, DV> {
   static constexpr int kSlabs = (DV + kSlab - 1) / kSlab;  // of a head
   static_assert(kSlabs <= kWarps && (kSlabs & (kSlabs - 1)) == 0,
                 "a head's slabs fit one block and halve evenly");
+  static_assert(kSlab % D::kVecV == 0 && kSlab / D::kVecV * kSlabs <= 32,
+                "V's rows are staged in whole vectors, at most 32 a row (load_rows)");
   static constexpr int kUcols = kSlabs * kSlab;  // value columns staged per block, at most
   static constexpr int kKeyTiles = D::kKp / 8;   // n8 tiles of S^T's key columns (even)
   // Key halves (see the file top): from 32 keys on, S^T K^T and S^T q^T are summed as two
@@ -93,21 +100,6 @@ struct StateCfg : Dims<DK, DV> {
                 "16-byte aligned regions for cp.async and ldmatrix");
   static_assert(kBytes <= 227 * 1024, "shared memory");
 };
-
-// dst [kChunk][kLd] <- the block's value columns of V: rows r < nrows, columns c < cols; the
-// rest of its `slabs` slabs is zero (unlike load_tile, whose width is static: a block reads only
-// its own slabs).
-template <typename T, int kVec, int kLd>
-__device__ __forceinline__ void load_slab_tile(T* dst, const T* src, int64_t src_ld, int nrows,
-                                               int cols, int slabs, int tid, int nthreads) {
-  static_assert(kSlab % kVec == 0 && ((kSlab / kVec) & (kSlab / kVec - 1)) == 0,
-                "a power of two of vectors per slab");
-  const int shift = __ffs(kSlab / kVec * slabs) - 1;  // log2 of the vectors of a row
-  for (int i = tid; i < kChunk << shift; i += nthreads) {
-    const int r = i >> shift, c = (i & ((1 << shift) - 1)) * kVec;
-    stage_vector<T, kVec>(dst + r * kLd + c, src + r * src_ld + c, r < nrows && c < cols);
-  }
-}
 
 // acc[nt] += x L^T for a lower-triangular bf16 [64][kLd] tile L (T, P): B(j, i) = L[i][j], two
 // row tiles of L a ldmatrix at `rows` (the lane's row address, as phase A's K^T). x is a set of
@@ -189,7 +181,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int kt0 = half * (kKT / 2);                               // its first key tile
   const int nkt = shared ? kKT / 2 : kKT;                         // and how many
   // Warps without a slab do the block's loads and gate factors alone, off the others' path
-  // (a block of one slab would otherwise spend ~20% of each chunk issuing copies).
+  // (a block of one slab would otherwise spend ~20% of each chunk issuing copies, and a block of
+  // four waited ~a quarter of each chunk at the second barrier while they issued them).
   const int loaders = computing < kWarps ? kThreads - 32 * computing : kThreads;
   const int ltid = int(threadIdx.x) - (kThreads - loaders);  // < 0: not a loader
   // Element e of an accumulator tile (S^T, Y^T, v_new^T, out^T): its row is value column
@@ -233,8 +226,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                 ltid, loaders);
         load_tile<bf16, C::kVecK, C::kKp, kLdH>(st.K, k + t0 * qk_ld + kh * DK, qk_ld, nrows, DK,
                                                 ltid, loaders);
-        load_slab_tile<bf16, C::kVecV, kLdV>(st.V, v + t0 * v_ld + int64_t(head) * DV + v0, v_ld,
-                                             nrows, vcols, slabs, ltid, loaders);
+        // The block's value columns of V, the rest of its slabs zero.
+        load_rows<bf16, C::kVecV, kLdV>(st.V, v + t0 * v_ld + int64_t(head) * DV + v0, v_ld, nrows,
+                                        vcols, kSlab / C::kVecV * slabs, ltid, loaders);
         if (ltid < kChunk) {
           stage_vector<float, 1>(st.gam + ltid, ws.gam + hrow + c0 + ltid, ltid < nrows);
           stage_vector<float, 1>(st.beta + ltid, beta + (t0 + ltid) * heads_v + head, ltid < nrows);
@@ -262,7 +256,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
       cp_async_wait<0>();
       __syncthreads();  // stage ci visible; chunk ci - 1 is done with the other stage and factors
-      if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
       const float gam_last = st.gam[nrows - 1];
       if (ltid >= 0 && ltid < kChunk) {
         const int j = ltid;
@@ -271,6 +264,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         fj[j] = j < nrows ? __expf(gam_last - st.gam[j]) : 0.f;
         bj[j] = st.beta[j] * e;
       }
+      if (!active) {  // a warp of loaders alone: hand the factors over, then stage chunk ci + 1
+        bar_arrive(kFactorsBarrier, kThreads);
+        if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
+        continue;
+      }
+      if (loaders == kThreads && ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
 
       // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T per 16 keys;
       // ldmatrix hands each B fragment over as K and q sit, rows j.
@@ -302,39 +301,36 @@ __global__ void __launch_bounds__(kThreads, 1)
       using Half = std::integral_constant<int, C::kHalfSteps>;
       using Yes = std::true_type;
       using No = std::false_type;
-      if (active) {
-        if constexpr (!C::kHalves) {
-          phase_a(Zero{}, std::integral_constant<int, kKT / 2>{}, Yes{}, Yes{});
-        } else if (shared) {  // this warp's half; hand its partial products over
-          phase_a(Zero{}, Half{}, Yes{}, Yes{});
+      if constexpr (!C::kHalves) {
+        phase_a(Zero{}, std::integral_constant<int, kKT / 2>{}, Yes{}, Yes{});
+      } else if (shared) {  // this warp's half; hand its partial products over
+        phase_a(Zero{}, Half{}, Yes{}, Yes{});
+#pragma unroll
+        for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            handed(half, nt, e) = acc_y[nt][e];
+            if (half == 1) handed(2, nt, e) = acc_o[nt][e];
+          }
+      } else {  // both halves, summed as shared warps sum them; Z^T, then O^T (registers)
+        float low[kRowTiles][4];
+        auto both_halves = [&](auto y, float(&acc)[kRowTiles][4]) {
+          using O = std::bool_constant<!decltype(y)::value>;
+          phase_a(Zero{}, Half{}, y, O{});
 #pragma unroll
           for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              handed(half, nt, e) = acc_y[nt][e];
-              if (half == 1) handed(2, nt, e) = acc_o[nt][e];
-            }
-        } else {  // both halves, summed as shared warps sum them; Z^T, then O^T (registers)
-          float low[kRowTiles][4];
-          auto both_halves = [&](auto y, float(&acc)[kRowTiles][4]) {
-            using O = std::bool_constant<!decltype(y)::value>;
-            phase_a(Zero{}, Half{}, y, O{});
+            for (int e = 0; e < 4; ++e) low[nt][e] = acc[nt][e], acc[nt][e] = 0.f;
+          phase_a(Half{}, Half{}, y, O{});
 #pragma unroll
-            for (int nt = 0; nt < kRowTiles; ++nt)
+          for (int nt = 0; nt < kRowTiles; ++nt)
 #pragma unroll
-              for (int e = 0; e < 4; ++e) low[nt][e] = acc[nt][e], acc[nt][e] = 0.f;
-            phase_a(Half{}, Half{}, y, O{});
-#pragma unroll
-            for (int nt = 0; nt < kRowTiles; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[nt][e] = low[nt][e] + acc[nt][e];
-          };
-          both_halves(Yes{}, acc_y);
-          both_halves(No{}, acc_o);
-        }
+            for (int e = 0; e < 4; ++e) acc[nt][e] = low[nt][e] + acc[nt][e];
+        };
+        both_halves(Yes{}, acc_y);
+        both_halves(No{}, acc_o);
       }
-      __syncthreads();  // the factors and the partial products written
-      if (!active) continue;
+      bar_sync(kFactorsBarrier, kThreads);  // the factors and the partial products written
       // Both halves sum Z^T alike (fp32 addition commutes), so they hold the same v_new; half 0
       // alone writes the output.
       if (shared) {
