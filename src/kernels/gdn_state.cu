@@ -182,7 +182,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nkt = shared ? kKT / 2 : kKT;                         // and how many
   // Warps without a slab do the block's loads and gate factors alone, off the others' path
   // (a block of one slab would otherwise spend ~20% of each chunk issuing copies, and a block of
-  // four waited ~a quarter of each chunk at the second barrier while they issued them).
+  // four would wait ~a quarter of each chunk at the second barrier if they reached it only after
+  // issuing them).
   const int loaders = computing < kWarps ? kThreads - 32 * computing : kThreads;
   const int ltid = int(threadIdx.x) - (kThreads - loaders);  // < 0: not a loader
   // Element e of an accumulator tile (S^T, Y^T, v_new^T, out^T): its row is value column
