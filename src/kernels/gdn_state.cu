@@ -265,12 +265,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         fj[j] = j < nrows ? __expf(gam_last - st.gam[j]) : 0.f;
         bj[j] = st.beta[j] * e;
       }
-      if (!active) {  // a warp of loaders alone: hand the factors over, then stage chunk ci + 1
-        bar_arrive(kFactorsBarrier, kThreads);
-        if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
-        continue;
-      }
-      if (loaders == kThreads && ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
+      // A warp of loaders alone hands the factors over before staging chunk ci + 1 (issue
+      // copies on loaders only, so the computing warps of such a block pass straight through).
+      if (!active) bar_arrive(kFactorsBarrier, kThreads);
+      if (ci + 1 < n_chunks) issue(ci + 1, stage((ci + 1) & 1));
+      if (!active) continue;
 
       // Phase A: Z^T = S^T K^T and O^T = S^T q^T, sharing the A fragments of S^T per 16 keys;
       // ldmatrix hands each B fragment over as K and q sit, rows j.
