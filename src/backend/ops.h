@@ -25,6 +25,13 @@ struct ScratchMark {
   int64_t used = 0;             // how much of it was handed out
 };
 
+// A readout on its way to the host (Ops::download_async).
+struct Readback {
+  std::vector<double> values;  // a synchronous backend fills them at once; fetch returns them
+  int64_t count = 0;           // elements
+  int32_t slot = -1;           // an asynchronous backend's landing buffer
+};
+
 struct View {
   void* data = nullptr;
   int64_t rows = 0;
@@ -78,6 +85,26 @@ class Ops {
   virtual void fill_zero(View dst) = 0;
   virtual void set_stream(const Stream& stream) = 0;  // metadata for the round
   virtual void synchronize() = 0;  // waits for all queued work (timing; CPU: nothing to wait for)
+
+  // ---- rounds in flight ----
+  // So that the host can prepare the next round while the device computes this one, a round's
+  // readout leaves the device without waiting for it: download_async queues the copy of src
+  // behind the work queued so far and returns; fetch waits for that copy and returns what
+  // download would have written. At most four readbacks are unfetched at a time (two rounds of
+  // two readouts). mark_tail records where a round's last layers begin, and wait_tail returns
+  // once the device has reached the latest mark: the moment to prepare the next round. The
+  // defaults are a synchronous backend's (CPU), whose work is done when the op returns.
+  virtual bool asynchronous() const { return false; }
+  virtual Readback download_async(View src) {
+    Readback r;
+    r.count = src.size();
+    r.values.resize(size_t(r.count));
+    download(src, r.values.data());
+    return r;
+  }
+  virtual std::vector<double> fetch(Readback& readback) { return std::move(readback.values); }
+  virtual void mark_tail() {}
+  virtual void wait_tail() {}
 
   // ---- dense ----
   // out[T, H] = table[token_ids[t]]

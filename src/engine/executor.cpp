@@ -44,10 +44,10 @@ PendingReadout register_readout(StreamAssembler& sa, int32_t t, int32_t n, const
   return r;
 }
 
-// The round's trees are trees[members[i]]; readouts keep their index into `trees`.
-void forked_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members,
-                  StreamAssembler& sa, std::vector<PendingReadout>& pending) {
-  for (int32_t t : members) {
+// Readouts keep their tree's index into `trees`.
+void forked_round(const std::vector<Tree>& trees, StreamAssembler& sa,
+                  std::vector<PendingReadout>& pending) {
+  for (int32_t t = 0; t < int32_t(trees.size()); ++t) {
     const Tree& tree = trees[t];
     std::vector<int32_t> seg(tree.nodes.size());
     for (int32_t n = 0; n < int32_t(tree.nodes.size()); ++n) {
@@ -66,9 +66,9 @@ void forked_round(const std::vector<Tree>& trees, const std::vector<int32_t>& me
 
 // Each root-to-leaf path as its own sequence; a readout is taken from the first path that
 // contains its node. Paths that carry no new readout are not run.
-void independent_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members,
-                       StreamAssembler& sa, std::vector<PendingReadout>& pending) {
-  for (int32_t t : members) {
+void independent_round(const std::vector<Tree>& trees, StreamAssembler& sa,
+                       std::vector<PendingReadout>& pending) {
+  for (int32_t t = 0; t < int32_t(trees.size()); ++t) {
     const Tree& tree = trees[t];
     const int32_t n_nodes = int32_t(tree.nodes.size());
     std::vector<bool> has_child(n_nodes, false), taken(n_nodes, false);
@@ -146,52 +146,88 @@ int64_t stream_tokens(const Tree& tree, ExecMode mode) {
   return total;
 }
 
+struct Executor::Round {
+  std::vector<Tree> trees;
+  std::vector<PendingReadout> pending;  // none: nothing to read, nothing was run
+  int64_t real_tokens = 0;
+  int64_t padding = 0;
+  int64_t n_full_out = 0;
+};
+
+Executor::Executor(Model& model, RoundPolicy policy) : model_(model), policy_(policy) {}
+
+Executor::~Executor() = default;
+
 std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode mode,
                                       RunStats* stats) {
+  FLIDE_CHECK(in_flight_.empty(), "Executor::run with submitted rounds not collected");
   const int64_t vocab = model_.info().vocab_size;
   for (const Tree& tree : trees) validate_tree(tree, vocab);
 
-  std::vector<TreeResult> results(trees.size());
-  for (size_t t = 0; t < trees.size(); ++t) results[t].nodes.resize(trees[t].nodes.size());
+  std::vector<std::vector<int32_t>> rounds;
   if (policy_.max_round_tokens <= 0) {
-    std::vector<int32_t> all(trees.size());
-    for (size_t t = 0; t < trees.size(); ++t) all[t] = int32_t(t);
-    run_round(trees, all, mode, results, stats);
-    return results;
+    rounds.emplace_back(trees.size());
+    for (size_t t = 0; t < trees.size(); ++t) rounds[0][t] = int32_t(t);
+  } else {
+    std::vector<int64_t> tokens;
+    for (const Tree& tree : trees) tokens.push_back(stream_tokens(tree, mode));
+    rounds = pack_rounds(tokens, policy_.max_round_tokens);
   }
-  std::vector<int64_t> tokens;
-  for (const Tree& tree : trees) tokens.push_back(stream_tokens(tree, mode));
-  for (const std::vector<int32_t>& members : pack_rounds(tokens, policy_.max_round_tokens))
-    run_round(trees, members, mode, results, stats);
+  std::vector<TreeResult> results(trees.size());
+  for (const std::vector<int32_t>& members : rounds) {
+    std::vector<Tree> round;
+    for (int32_t t : members) round.push_back(trees[t]);
+    submit(std::move(round), mode);
+    std::vector<TreeResult> done = collect(stats);
+    for (size_t i = 0; i < members.size(); ++i) results[members[i]] = std::move(done[i]);
+  }
   return results;
 }
 
-void Executor::run_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members,
-                         ExecMode mode, std::vector<TreeResult>& results, RunStats* stats) {
+void Executor::submit(std::vector<Tree> trees, ExecMode mode) {
+  FLIDE_CHECK(in_flight_.size() < 2, "two rounds are already in flight");
   const int64_t vocab = model_.info().vocab_size;
+  for (const Tree& tree : trees) validate_tree(tree, vocab);
+  auto round = std::make_unique<Round>();
+  round->trees = std::move(trees);
   StreamAssembler sa;
-  std::vector<PendingReadout> pending;
   if (mode == ExecMode::ExecMode_fork)
-    forked_round(trees, members, sa, pending);
+    forked_round(round->trees, sa, round->pending);
   else
-    independent_round(trees, members, sa, pending);
-  if (pending.empty()) return;
+    independent_round(round->trees, sa, round->pending);
+  if (!round->pending.empty()) {
+    Stream stream = sa.finish();
+    round->real_tokens = stream.n_tokens();
+    if (policy_.pad_to_buckets)
+      if (const auto cap = capacity_for(stream, policy_.max_bucket_tokens))
+        stream = pad_stream(stream, *cap);
+    round->padding = stream.n_tokens() - round->real_tokens;
+    round->n_full_out = stream.n_full_out;
+    model_.submit(stream);
+  }
+  in_flight_.push_back(std::move(round));
+}
 
-  Stream stream = sa.finish();
-  const int64_t real_tokens = stream.n_tokens();
-  if (policy_.pad_to_buckets)
-    if (const auto cap = capacity_for(stream, policy_.max_bucket_tokens))
-      stream = pad_stream(stream, *cap);
-  const ReadoutLogits logits = model_.forward(stream);
+std::vector<TreeResult> Executor::collect(RunStats* stats) {
+  FLIDE_CHECK(!in_flight_.empty(), "collect without a submitted round");
+  const std::unique_ptr<Round> round = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  std::vector<TreeResult> results(round->trees.size());
+  for (size_t t = 0; t < results.size(); ++t) results[t].nodes.resize(round->trees[t].nodes.size());
+  if (round->pending.empty()) return results;
+
+  const ReadoutLogits logits = model_.collect();
   if (stats) {
-    stats->tokens_computed += real_tokens;
-    stats->tokens_padding += stream.n_tokens() - real_tokens;
+    stats->tokens_computed += round->real_tokens;
+    stats->tokens_padding += round->padding;
     stats->rounds += 1;
   }
-  std::vector<double> lse_cache(size_t(stream.n_full_out),
+  const int64_t vocab = model_.info().vocab_size;
+  std::vector<double> lse_cache(size_t(round->n_full_out),
                                 std::numeric_limits<double>::quiet_NaN());
-  for (const PendingReadout& r : pending)
-    results[r.tree].nodes[r.node] = compose(trees[r.tree], r, logits, vocab, lse_cache);
+  for (const PendingReadout& r : round->pending)
+    results[r.tree].nodes[r.node] = compose(round->trees[r.tree], r, logits, vocab, lse_cache);
+  return results;
 }
 
 }  // namespace flide

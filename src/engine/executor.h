@@ -4,6 +4,8 @@
 // definition of correct output and the in-engine baseline.
 #pragma once
 
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "engine/tree.h"
@@ -40,18 +42,32 @@ struct RunStats {
 
 class Executor {
  public:
-  explicit Executor(Model& model, RoundPolicy policy = {}) : model_(model), policy_(policy) {}
+  explicit Executor(Model& model, RoundPolicy policy = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
   // Validates every tree first, then runs them in rounds per the policy. Results align with
   // `trees` and do not depend on how the trees were packed (the visibility rule).
   std::vector<TreeResult> run(const std::vector<Tree>& trees, ExecMode mode,
                               RunStats* stats = nullptr);
 
+  // Rounds in flight (the engine loop, which prepares the next round while the device computes
+  // this one): submit validates `trees` and queues them on the model as one round (padded per
+  // the policy, never split by it) and returns once it is queued; collect waits for the oldest
+  // submitted round and returns the results of its trees, in order. At most two rounds are
+  // submitted and not collected; run needs none. wait_tail and asynchronous: Model's.
+  void submit(std::vector<Tree> trees, ExecMode mode);
+  std::vector<TreeResult> collect(RunStats* stats = nullptr);
+  void wait_tail() { model_.wait_tail(); }
+  bool asynchronous() const { return model_.asynchronous(); }
+
  private:
-  void run_round(const std::vector<Tree>& trees, const std::vector<int32_t>& members, ExecMode mode,
-                 std::vector<TreeResult>& results, RunStats* stats);
+  struct Round;  // a submitted round: its trees and where their readouts land
 
   Model& model_;
   RoundPolicy policy_;
+  std::deque<std::unique_ptr<Round>> in_flight_;  // oldest first
 };
 
 }  // namespace flide

@@ -41,8 +41,20 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
   // Computes the stream. The stream's nodes must be ordered by level with level_begin filled
-  // (StreamBuilder does this). Not thread-safe: one forward at a time per model.
-  virtual ReadoutLogits forward(const Stream& stream) = 0;
+  // (StreamBuilder does this). Not thread-safe: one caller per model.
+  ReadoutLogits forward(const Stream& stream) {
+    submit(stream);
+    return collect();
+  }
+  // The forward in two halves, so that the host can prepare the next round while the device
+  // computes this one (the engine loop): submit queues the stream's work (and returns before it
+  // is done when the backend is asynchronous()), collect waits for the oldest submitted round
+  // and returns its logits. At most two rounds are submitted and not yet collected. wait_tail
+  // returns once the newest submitted round's device work is down to its last layers.
+  virtual void submit(const Stream& stream) = 0;
+  virtual ReadoutLogits collect() = 0;
+  virtual void wait_tail() = 0;
+  virtual bool asynchronous() const = 0;
   // The Ops::matmul calls forward(stream) makes, in order (benchmarks time them alone: the
   // GEMM-only floor of a round).
   virtual std::vector<GemmShape> gemm_shapes(const Stream& stream) const = 0;

@@ -10,7 +10,9 @@
 //     the LM head only on the requested token ids (plus full rows where asked).
 #include "model/qwen3_5.h"
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -153,7 +155,21 @@ class Qwen35Model final : public Model {
 
   const ModelInfo& info() const override { return info_; }
 
-  ReadoutLogits forward(const Stream& s) override {
+  bool asynchronous() const override { return ops_.asynchronous(); }
+  void wait_tail() override { ops_.wait_tail(); }
+
+  ReadoutLogits collect() override {
+    FLIDE_CHECK(!in_flight_.empty(), "collect without a submitted round");
+    InFlight round = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    ReadoutLogits result;
+    result.selected = ops_.fetch(round.selected);
+    result.full = ops_.fetch(round.full);
+    return result;
+  }
+
+  void submit(const Stream& s) override {
+    FLIDE_CHECK(in_flight_.size() < 2, "two rounds are already in flight");
     FLIDE_CHECK(!s.out_rows.empty(), "a round must read at least one row");
     for (int32_t id : s.token_ids)
       if (id < 0 || id >= cfg_.vocab_size)
@@ -170,11 +186,15 @@ class Qwen35Model final : public Model {
     View hn = ops_.scratch(R, H);  // the final norm of the out rows
     ops_.embed(embed_, x);
     ops_.rmsnorm(x, layers_[0].input_norm, h, eps, true);
+    // The last eighth of the layers (at least one) is the round's tail: long enough on the
+    // device for the host to prepare the next round (a few percent of a round) while it runs.
+    const size_t tail = layers_.size() - std::max<size_t>(1, layers_.size() / 8);
     // Each residual add is the epilogue of the product that feeds it (matmul_add): the mixer's
     // output projection, then the MLP's down projection.
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerWeights& w = layers_[l];
       const bool last = l + 1 == layers_.size();
+      if (l == tail) ops_.mark_tail();
       const ScratchMark layer_start = ops_.scratch_mark();  // the layer's temporaries after it
       if (last) {  // selective readout: from here on only the out rows
         ops_.gather_rows(x, xr);
@@ -190,10 +210,10 @@ class Qwen35Model final : public Model {
       ops_.rmsnorm(x, last ? final_norm_ : layers_[l + 1].input_norm, last ? hn : h, eps, true);
       ops_.scratch_rewind(layer_start);
     }
-    return readout(s, hn);
+    in_flight_.push_back(readout(s, hn));
   }
 
-  // Mirrors forward, mlp, gated_deltanet, attention and readout: keep them in step.
+  // Mirrors submit, mlp, gated_deltanet, attention and readout: keep them in step.
   std::vector<GemmShape> gemm_shapes(const Stream& s) const override {
     const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size()), H = cfg_.hidden_size;
     const int64_t I = cfg_.intermediate_size;
@@ -311,23 +331,27 @@ class Qwen35Model final : public Model {
     ops_.matmul_add(attn, w.o, x);
   }
 
+  // A submitted round's readouts on their way to the host.
+  struct InFlight {
+    Readback selected;
+    Readback full;
+  };
+
   // LM head on the normed out rows hn [R, H]: the selected ids, and full rows where asked.
-  ReadoutLogits readout(const Stream& s, View hn) {
-    ReadoutLogits result;
+  InFlight readout(const Stream& s, View hn) {
+    InFlight round;
     if (!s.select_ids.empty()) {
       View sel = ops_.scratch_f32(int64_t(s.select_ids.size()), 1);
       ops_.select_logits(hn, lm_head_, sel);
-      result.selected.resize(s.select_ids.size());
-      ops_.download(sel, result.selected.data());
+      round.selected = ops_.download_async(sel);
     }
     if (s.n_full_out > 0) {
       const int64_t F = s.n_full_out, V = cfg_.vocab_size;
       View logits = ops_.scratch_f32(F, V);
       ops_.matmul(hn.first_rows(F), lm_head_, logits);
-      result.full.resize(size_t(F * V));
-      ops_.download(logits, result.full.data());
+      round.full = ops_.download_async(logits);
     }
-    return result;
+    return round;
   }
 
   Ops& ops_;
@@ -337,7 +361,8 @@ class Qwen35Model final : public Model {
   View final_norm_;  // [1, H], zero-centred
   View lm_head_;     // [V, H]; the embedding when tied
   std::vector<LayerWeights> layers_;
-  const Stream* stream_ = nullptr;  // the round in flight
+  const Stream* stream_ = nullptr;  // the round being submitted
+  std::deque<InFlight> in_flight_;  // submitted, not yet collected (oldest first)
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 //     bucket that carry different tokens (so the graph reads each round's data from the device
 //     buffers set_stream fills, not what it saw at capture) and with another bucket in between;
 //   - a bucket is run eagerly once, captured once, then replayed;
+//   - rounds in flight (the next submitted before the last is collected) give the same bits;
 //   - padded rounds agree with unpadded ones to bf16 noise (cuBLAS may pick other algorithms
 //     for another row count, so bits may differ there).
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <random>
 
 #include "backend/cuda/cuda_ops.h"
+#include "common/overlapped_rounds.h"
 #include "cuda_test_util.h"
 #include "engine/executor.h"
 #include "model/model.h"
@@ -99,6 +101,29 @@ TEST_F(CudaGraphs, GraphAndEagerGiveTheSameBits) {
   EXPECT_EQ(after.captured - before.captured, 2);
   EXPECT_EQ(after.replayed - before.replayed, int64_t(2 * rounds.size()) - 1);
   EXPECT_EQ(after.eager, before.eager);
+}
+
+// Rounds in flight (the engine loop): a replayed graph queued behind the running round, with
+// the tail mark captured in it, gives the bits of rounds run one by one, graphed or eager.
+TEST_F(CudaGraphs, RoundsInFlightGiveTheBitsOfRoundsRunOneByOne) {
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::vector<Tree>> rounds;
+  for (int r = 0; r < 6; ++r)
+    rounds.push_back(r % 3 == 2 ? std::vector<Tree>{fixed_shape_tree(rng, vocab, 1000, 9, 33)}
+                                : std::vector<Tree>{fixed_shape_tree(rng, vocab, 300, 4, 20),
+                                                    fixed_shape_tree(rng, vocab, 90, 2, 7)});
+  std::vector<std::vector<TreeResult>> eager;
+  for (const auto& trees : rounds) eager.push_back(run(trees, false));
+  for (bool graphs : {false, true}) {
+    ASSERT_EQ(ops_->set_graphs(graphs), graphs);
+    Executor exec(*model_, policy_);
+    for (int pass = 0; pass < 2; ++pass) {  // graphs: captured in the first, replayed in both
+      const auto overlapped = run_overlapped(exec, rounds, ExecMode::ExecMode_fork);
+      for (size_t r = 0; r < rounds.size(); ++r)
+        expect_same_bits(overlapped[r], eager[r], graphs ? "graphed, in flight" : "in flight");
+    }
+  }
 }
 
 TEST_F(CudaGraphs, PaddedRoundsAgreeWithUnpaddedOnes) {

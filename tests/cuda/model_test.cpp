@@ -5,8 +5,9 @@
 //   - decision trees: choice distributions of CUDA-forked execution vs CPU-forked execution
 //     (median / p99 / max total variation distance, top-1 agreement), CUDA forked vs CUDA
 //     independent, log-likelihood readouts;
-//   - determinism: the same round run again (after a different one) gives identical bits, and
-//     in batch-invariant mode a tree alone and among others gives identical bits.
+//   - determinism: the same round run again (after a different one) gives identical bits, so
+//     do rounds in flight (each submitted before the one before is collected), and in
+//     batch-invariant mode a tree alone and among others gives identical bits.
 // The figures are printed at the end of the run for the record; the assertions are loose
 // bounds that any real bug (a wrong op, a missed state slot, a visibility leak) breaks by far.
 #include "model/model.h"
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "common/golden_cases.h"
+#include "common/overlapped_rounds.h"
 #include "common/random_trees.h"
 #include "common/round_invariance.h"
 #include "cuda_test_util.h"
@@ -199,6 +201,28 @@ TEST_P(CudaModel, SameRoundTwiceGivesIdenticalBits) {
       EXPECT_EQ(first[t].nodes[n].loglik_sum, second[t].nodes[n].loglik_sum)
           << "tree " << t << " node " << n;
     }
+}
+
+// Rounds in flight as the engine loop runs them, with log-likelihood readouts (a second
+// readback a round): the bits of the same rounds run one by one.
+TEST_P(CudaModel, RoundsInFlightGiveTheBitsOfRoundsRunOneByOne) {
+  Executor exec(*gpu_);
+  const int64_t vocab = gpu_->info().vocab_size;
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::vector<Tree>> rounds;
+  for (int r = 0; r < 5; ++r)
+    rounds.push_back({random_tree(rng, vocab, 3, 8), random_tree(rng, vocab, 2, 3 + r)});
+  const auto overlapped = run_overlapped(exec, rounds, ExecMode::ExecMode_fork);
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const auto one_by_one = exec.run(rounds[r], ExecMode::ExecMode_fork);
+    for (size_t t = 0; t < rounds[r].size(); ++t)
+      for (size_t n = 0; n < rounds[r][t].nodes.size(); ++n) {
+        EXPECT_EQ(overlapped[r][t].nodes[n].probs, one_by_one[t].nodes[n].probs)
+            << "round " << r << " tree " << t << " node " << n;
+        EXPECT_EQ(overlapped[r][t].nodes[n].loglik_sum, one_by_one[t].nodes[n].loglik_sum)
+            << "round " << r << " tree " << t << " node " << n;
+      }
+  }
 }
 
 // Batch-invariant mode (make_cuda_ops): a tree's answers are the same bits whether it runs alone

@@ -3,7 +3,8 @@
 // choice probability agrees to 1e-12 and every log-likelihood to 1e-12 relative. The two
 // modes share no stream layout, state slot or readout row, so agreement at float64 rounding
 // level means the visibility rule, state forking and selective readout compute the function
-// of independent prompts. Also: packing several requests into one round changes nothing.
+// of independent prompts. Also: packing several requests into one round changes nothing, nor
+// does submitting a round while the one before is still in flight.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +12,9 @@
 #include <filesystem>
 #include <random>
 
+#include "common/overlapped_rounds.h"
 #include "common/random_trees.h"
+#include "core/error.h"
 #include "engine/executor.h"
 
 namespace flide {
@@ -84,6 +87,32 @@ TEST_P(ForkEquivalence, PackingRequestsIntoOneRoundChangesNothing) {
     EXPECT_LE(d.prob, 1e-12);
     EXPECT_LE(d.loglik, 1e-12);
   }
+}
+
+TEST_P(ForkEquivalence, RoundsInFlightAnswerAsRoundsRunOneByOne) {
+  Executor exec(*model_);
+  std::mt19937 rng(std::random_device{}());
+  const int64_t vocab = model_->info().vocab_size;
+  std::vector<std::vector<Tree>> rounds;
+  for (int r = 0; r < 4; ++r)
+    rounds.push_back({random_tree(rng, vocab, 3, 4), random_tree(rng, vocab, 2, 3)});
+  const auto overlapped = test::run_overlapped(exec, rounds, ExecMode::ExecMode_fork);
+  ASSERT_EQ(overlapped.size(), rounds.size());
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const auto one_by_one = exec.run(rounds[r], ExecMode::ExecMode_fork);
+    for (size_t t = 0; t < rounds[r].size(); ++t) {
+      const Diff d = compare(rounds[r][t], overlapped[r][t], one_by_one[t]);
+      EXPECT_LE(d.prob, 1e-12) << "round " << r << " tree " << t;
+      EXPECT_LE(d.loglik, 1e-12) << "round " << r << " tree " << t;
+    }
+  }
+  // Two rounds in flight at most, and nothing to collect without one.
+  exec.submit(rounds[0], ExecMode::ExecMode_fork);
+  exec.submit(rounds[1], ExecMode::ExecMode_fork);
+  EXPECT_THROW(exec.submit(rounds[2], ExecMode::ExecMode_fork), Error);
+  exec.collect();
+  exec.collect();
+  EXPECT_THROW(exec.collect(), Error);
 }
 
 TEST_P(ForkEquivalence, ChoiceProbabilitiesAreASoftmax) {

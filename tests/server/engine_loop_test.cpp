@@ -1,12 +1,15 @@
 // The engine loop in process, on the tiny model: rounds are packed as promised and answer what
 // Executor::run answers alone. Determinism without sleeps: the first request's respond() blocks
 // until the test releases it, which holds the engine thread inside its round while the test
-// queues the next requests.
+// queues the next requests. Each test runs with rounds one at a time and overlapped.
 #include "server/http/engine_loop.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
 #include <future>
+#include <memory>
 
 #include "backend/ops.h"
 #include "engine/decision_prompt.h"
@@ -29,12 +32,44 @@ EngineOptions options(ExecMode mode, int64_t max_queue, int64_t round_tokens) {
   return o;
 }
 
-class EngineLoopTest : public ::testing::Test {
+// The CPU model, claiming to be asynchronous so that the engine loop overlaps its rounds as it
+// does on CUDA (on the CPU a round is computed when it is submitted); counts the loop's waits
+// for a round's tail, i.e. the rounds it submitted while another was in flight, and can hold the
+// engine thread in the first of them.
+class ClaimsAsynchronous final : public Model {
+ public:
+  explicit ClaimsAsynchronous(std::unique_ptr<Model> inner) : inner_(std::move(inner)) {}
+  const ModelInfo& info() const override { return inner_->info(); }
+  void submit(const Stream& stream) override { inner_->submit(stream); }
+  ReadoutLogits collect() override { return inner_->collect(); }
+  void wait_tail() override {
+    if (tails++ == 0 && on_first_tail) on_first_tail();
+    inner_->wait_tail();
+  }
+  bool asynchronous() const override { return true; }
+  std::vector<GemmShape> gemm_shapes(const Stream& stream) const override {
+    return inner_->gemm_shapes(stream);
+  }
+
+  std::atomic<int> tails{0};
+  std::function<void()> on_first_tail;  // set before the loop starts
+
+ private:
+  std::unique_ptr<Model> inner_;
+};
+
+// Every test runs twice: rounds one at a time (a synchronous model) and overlapped.
+class EngineLoopTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     FLIDE_SKIP_WITHOUT_TINY_MODEL();
     ops_ = make_cpu_ops(DType::DType_f64, 1);
     model_ = load_model(tiny_model_dir(), *ops_);
+    if (GetParam()) {
+      auto claims = std::make_unique<ClaimsAsynchronous>(std::move(model_));
+      overlapped_ = claims.get();
+      model_ = std::move(claims);
+    }
     tokenizer_.emplace(Tokenizer::load(tiny_model_dir() / "tokenizer.json"));
   }
 
@@ -91,11 +126,12 @@ class EngineLoopTest : public ::testing::Test {
 
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<Model> model_;
+  ClaimsAsynchronous* overlapped_ = nullptr;  // model_, when the loop overlaps rounds
   std::optional<Tokenizer> tokenizer_;
   Metrics metrics_;
 };
 
-TEST_F(EngineLoopTest, QueuedRequestsShareARoundAndAnswerAsAlone) {
+TEST_P(EngineLoopTest, QueuedRequestsShareARoundAndAnswerAsAlone) {
   const std::vector<std::string> states = {"A short state.", "Another state, a little longer.",
                                            "Third."};
   std::vector<nlohmann::ordered_json> expected;
@@ -124,7 +160,7 @@ TEST_F(EngineLoopTest, QueuedRequestsShareARoundAndAnswerAsAlone) {
   EXPECT_EQ(metric(text, "flide_questions_total"), 8);
 }
 
-TEST_F(EngineLoopTest, RoundsStopAtTheTokenCapacityButTakeOneRequestAtLeast) {
+TEST_P(EngineLoopTest, RoundsStopAtTheTokenCapacityButTakeOneRequestAtLeast) {
   // Capacity 1 token: every request is larger, so each runs alone.
   EngineLoop loop(*model_, options(ExecMode::ExecMode_fork, 8, 1), metrics_);
   std::promise<void> started, release;
@@ -138,9 +174,13 @@ TEST_F(EngineLoopTest, RoundsStopAtTheTokenCapacityButTakeOneRequestAtLeast) {
   EXPECT_EQ(status_of(third), 200);
   loop.stop();
   EXPECT_EQ(metric(metrics_.render(), "flide_round_requests_count"), 3);
+  // Overlapped, the third was submitted at the second's tail, before the second's answer.
+  if (overlapped_) {
+    EXPECT_GE(overlapped_->tails.load(), 1);
+  }
 }
 
-TEST_F(EngineLoopTest, AFullQueueRefusesAndAGoneClientIsDropped) {
+TEST_P(EngineLoopTest, AFullQueueRefusesAndAGoneClientIsDropped) {
   EngineLoop loop(*model_, options(ExecMode::ExecMode_fork, 2, 100000), metrics_);
   std::promise<void> started, release;
   auto first = loop.submit(gated(request("Gate."), started, release.get_future()), nullptr);
@@ -165,7 +205,7 @@ TEST_F(EngineLoopTest, AFullQueueRefusesAndAGoneClientIsDropped) {
   EXPECT_EQ(metric(text, "flide_questions_total"), 4);  // the gate and the kept one
 }
 
-TEST_F(EngineLoopTest, ARequestTheModelRejectsFailsAloneAndTheLoopKeepsServing) {
+TEST_P(EngineLoopTest, ARequestTheModelRejectsFailsAloneAndTheLoopKeepsServing) {
   EngineLoop loop(*model_, options(ExecMode::ExecMode_fork, 8, 100000), metrics_);
   std::promise<void> started, release;
   auto first = loop.submit(gated(request("Gate."), started, release.get_future()), nullptr);
@@ -188,7 +228,32 @@ TEST_F(EngineLoopTest, ARequestTheModelRejectsFailsAloneAndTheLoopKeepsServing) 
   EXPECT_EQ(status_of(after), 200);
 }
 
-TEST_F(EngineLoopTest, StoppingAnswersWaitingRequestsWith503) {
+// The next round is refused at submit while the one before is in flight: that round still lands,
+// then the refused one is retried request by request.
+TEST_P(EngineLoopTest, ARoundRefusedWhileAnotherIsInFlightFailsOnlyItsCulprit) {
+  if (!overlapped_) GTEST_SKIP() << "rounds are in flight together only when they overlap";
+  std::promise<void> at_tail, resume;
+  std::shared_future<void> resumed = resume.get_future().share();
+  overlapped_->on_first_tail = [&] {
+    at_tail.set_value();
+    resumed.wait();
+  };
+  EngineLoop loop(*model_, options(ExecMode::ExecMode_fork, 8, 100000), metrics_);
+  auto in_flight = loop.submit(request("In flight."), nullptr);
+  at_tail.get_future().wait();  // its round is submitted, the next not yet formed
+  PreparedRequest poisoned = request("Poisoned.");
+  poisoned.tree.nodes[0].tokens[0] = int32_t(model_->info().vocab_size);
+  auto good = loop.submit(request("Good."), nullptr);
+  auto bad = loop.submit(std::move(poisoned), nullptr);
+  resume.set_value();
+  EXPECT_EQ(status_of(in_flight), 200);
+  EXPECT_EQ(status_of(good), 200);
+  EXPECT_EQ(status_of(bad), 500);
+  auto after = loop.submit(request("After."), nullptr);
+  EXPECT_EQ(status_of(after), 200);
+}
+
+TEST_P(EngineLoopTest, StoppingAnswersWaitingRequestsWith503) {
   EngineLoop loop(*model_, options(ExecMode::ExecMode_fork, 4096, 100000), metrics_);
   std::promise<void> started, release;
   auto first = loop.submit(gated(request("Gate."), started, release.get_future()), nullptr);
@@ -210,6 +275,10 @@ TEST_F(EngineLoopTest, StoppingAnswersWaitingRequestsWith503) {
   EXPECT_EQ(status_of(first), 200);
   for (auto& answer : waiting) EXPECT_EQ(status_of(answer), 503);
 }
+
+INSTANTIATE_TEST_SUITE_P(Rounds, EngineLoopTest, ::testing::Bool(), [](const auto& info) {
+  return std::string(info.param ? "Overlapped" : "OneAtATime");
+});
 
 }  // namespace
 }  // namespace flide::test

@@ -145,9 +145,9 @@ std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
-bool parse_graphs(const std::optional<std::string>& value) {
+bool parse_on_off(const std::optional<std::string>& value, const char* flag) {
   if (value && *value != "on" && *value != "off")
-    throw Error(cat("--graphs: \"", *value, "\" is neither on nor off"));
+    throw Error(cat("--", flag, ": \"", *value, "\" is neither on nor off"));
   return !value || *value == "on";
 }
 

@@ -71,8 +71,8 @@ struct ModelSource {
 ModelSource parse_model_source(const Args& args);
 LoadedModel load_model_source(const ModelSource& source, const BackendChoice& backend);
 
-// --graphs on|off: CUDA graphs per capacity bucket (default on; the CPU backend has none).
-bool parse_graphs(const std::optional<std::string>& value);
+// An on|off flag such as --graphs (CUDA graphs per capacity bucket); absent: on.
+bool parse_on_off(const std::optional<std::string>& value, const char* flag);
 // Turns graphs on or off in `ops` and returns the round policy that goes with it: rounds padded
 // to their bucket only when the backend replays graphs.
 RoundPolicy graphs_policy(Ops& ops, bool graphs);

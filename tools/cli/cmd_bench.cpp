@@ -126,13 +126,16 @@ class GemmRecorder final : public Model {
  public:
   explicit GemmRecorder(Model& inner) : inner_(inner) {}
   const ModelInfo& info() const override { return inner_.info(); }
-  ReadoutLogits forward(const Stream& stream) override {
+  void submit(const Stream& stream) override {
     if (recording) {
       std::vector<GemmShape> round = inner_.gemm_shapes(stream);
       shapes.insert(shapes.end(), round.begin(), round.end());
     }
-    return inner_.forward(stream);
+    inner_.submit(stream);
   }
+  ReadoutLogits collect() override { return inner_.collect(); }
+  void wait_tail() override { inner_.wait_tail(); }
+  bool asynchronous() const override { return inner_.asynchronous(); }
   std::vector<GemmShape> gemm_shapes(const Stream& stream) const override {
     return inner_.gemm_shapes(stream);
   }

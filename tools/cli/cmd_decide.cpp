@@ -165,7 +165,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
   const ExecMode mode = parse_mode(args.value("mode"));
-  const bool graphs = parse_graphs(args.value("graphs"));
+  const bool graphs = parse_on_off(args.value("graphs"), "graphs");
   const std::string input = read_file(input_path);
 
   std::ofstream output_file;

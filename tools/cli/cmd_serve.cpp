@@ -60,6 +60,10 @@ options:
   --threads N           CPU threads for the model (default: all cores; cpu only)
   --graphs on|off       cuda: pad each round to its capacity bucket and replay one CUDA graph
                         per bucket (default: on); no effect on cpu
+  --overlap-rounds on|off
+                        cuda: form the next round while the running one is in its last
+                        layers, and render its answers while the next computes, so the GPU
+                        does not wait for the host between rounds (default: on)
   --batch-invariant     a request's answers do not depend on what else shares its round
                         (server load), bit for bit; small rounds run slower (cuda: under
                         2,048 token rows)
@@ -125,6 +129,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"max-body-bytes", true},
                                        {"round-tokens", true},
                                        {"graphs", true},
+                                       {"overlap-rounds", true},
                                        {"batch-invariant", false},
                                        {"help", false}});
   if (args.has("help")) {
@@ -151,7 +156,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   EngineOptions engine_options;
   engine_options.mode = parse_mode(args.value("mode"));
-  const bool graphs = parse_graphs(args.value("graphs"));
+  const bool graphs = parse_on_off(args.value("graphs"), "graphs");
+  engine_options.overlap_rounds = parse_on_off(args.value("overlap-rounds"), "overlap-rounds");
   engine_options.max_queue = parse_count(args.value("max-queue"), "max-queue", 128, 1, 4096);
   engine_options.round_tokens =
       parse_count(args.value("round-tokens"), "round-tokens", 65536, 1, int64_t(1) << 30);

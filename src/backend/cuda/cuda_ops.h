@@ -78,6 +78,12 @@ class CudaOps final : public Ops {
   void set_stream(const Stream& stream) override;
   void synchronize() override;
 
+  bool asynchronous() const override { return true; }
+  Readback download_async(View src) override;
+  std::vector<double> fetch(Readback& readback) override;
+  void mark_tail() override;
+  void wait_tail() override;
+
   void embed(View table, View out) override;
   void rmsnorm(View x, View w, View out, double eps, bool unit_offset) override;
   void matmul(View x, View w, View out) override;
@@ -222,6 +228,19 @@ class CudaOps final : public Ops {
   void* stage_dev_[2] = {nullptr, nullptr};   // device fp32 chunks for bf16 uploads
   cudaEvent_t stage_done_[2] = {nullptr, nullptr};
   int stage_next_ = 0;
+
+  // Readbacks of rounds in flight (memory.cpp): each lands in a pinned slot of its own, grown
+  // geometrically, with the event of its copy. `held` until fetched.
+  static constexpr int kReadbackSlots = 4;
+  struct ReadbackSlot {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+    bool held = false;
+  };
+  ReadbackSlot readback_[kReadbackSlots];
+  int readback_next_ = 0;
+  cudaEvent_t tail_ = nullptr;  // mark_tail's: the latest round reached its last layers
 
   // The round's metadata: int32 arrays and both attention plans, laid out in one pinned buffer
   // and copied to one device buffer with a single cudaMemcpyAsync. Both grow geometrically.

@@ -26,6 +26,7 @@ namespace {
 constexpr size_t kAlign = 256;
 constexpr size_t kPersistentBlockBytes = size_t(256) << 20;
 constexpr size_t kScratchMinBlockBytes = size_t(64) << 20;
+constexpr int64_t kTailMarkTag = 0x7a11;  // mark_tail's argument in a graph's fingerprint
 
 size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
@@ -98,6 +99,9 @@ CudaOps::CudaOps(int device, bool batch_invariant)
       cuda_check(cudaEventCreateWithFlags(&stage_done_[i], cudaEventDisableTiming), "event");
     }
     cuda_check(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming), "event");
+    cuda_check(cudaEventCreateWithFlags(&tail_, cudaEventDisableTiming), "event");
+    for (ReadbackSlot& slot : readback_)
+      cuda_check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "event");
     const cublasStatus_t st = cublasLtCreate(&lt_);
     if (st != CUBLAS_STATUS_SUCCESS)
       throw Error(cat("cuda backend: cublasLtCreate: ", cublasLtGetStatusString(st)));
@@ -139,9 +143,14 @@ void CudaOps::release() noexcept {
     if (p) cudaFreeHost(p);
   gemm_workspace_ = meta_dev_ = meta_host_ = nullptr;
   stage_dev_[0] = stage_dev_[1] = stage_host_[0] = stage_host_[1] = nullptr;
-  for (cudaEvent_t e : {stage_done_[0], stage_done_[1], meta_done_})
+  for (cudaEvent_t e : {stage_done_[0], stage_done_[1], meta_done_, tail_})
     if (e) cudaEventDestroy(e);
-  stage_done_[0] = stage_done_[1] = meta_done_ = nullptr;
+  stage_done_[0] = stage_done_[1] = meta_done_ = tail_ = nullptr;
+  for (ReadbackSlot& slot : readback_) {
+    if (slot.host) cudaFreeHost(slot.host);
+    if (slot.done) cudaEventDestroy(slot.done);
+    slot = ReadbackSlot{};
+  }
   profiling_ = false;
   profiler_.reset();
   if (stream_) cudaStreamDestroy(stream_);
@@ -268,6 +277,78 @@ void CudaOps::download(View src, double* dst) {
     }
   }
   if (profiling_) profiler_->resolve();  // the stream has drained: the round ends here
+}
+
+// Ends the round's graph like download, then copies into the next free pinned slot without
+// waiting: the slot's event says when fetch may read it.
+Readback CudaOps::download_async(View src) {
+  FLIDE_CHECK(src.dtype == DType::DType_f32, "cuda download_async from a ", dtype_name(src.dtype),
+              " view");
+  graph_round_end();
+  Readback r;
+  r.count = src.size();
+  if (r.count == 0) return r;
+  FLIDE_CHECK(src.data != nullptr);
+  int i = readback_next_;
+  for (int tried = 0; readback_[i].held; i = (i + 1) % kReadbackSlots)
+    FLIDE_CHECK(++tried < kReadbackSlots, "cuda download_async: ", kReadbackSlots,
+                " readbacks already wait to be fetched");
+  readback_next_ = (i + 1) % kReadbackSlots;
+  ReadbackSlot& slot = readback_[i];
+  const size_t bytes = size_t(r.count) * sizeof(float);
+  if (bytes > slot.bytes) {  // the slot's last copy was fetched, so it has landed
+    const size_t cap = std::max(bytes, 2 * slot.bytes);
+    if (slot.host) cuda_check(cudaFreeHost(slot.host), "download_async: cudaFreeHost");
+    slot.host = nullptr;
+    slot.bytes = 0;
+    cuda_check(cudaMallocHost(&slot.host, cap), "download_async: pinned readback buffer");
+    slot.bytes = cap;
+  }
+  if (profiling_) profiler_->begin(0, 0, 0);
+  cuda_check(cudaMemcpyAsync(slot.host, src.data, bytes, cudaMemcpyDeviceToHost, stream_),
+             "download_async: cudaMemcpyAsync");
+  op_end("download");
+  cuda_check(cudaEventRecord(slot.done, stream_), "download_async: cudaEventRecord");
+  slot.held = true;
+  r.slot = i;
+  return r;
+}
+
+// Waits for everything queued before the copy: a fault of any earlier op surfaces here.
+std::vector<double> CudaOps::fetch(Readback& r) {
+  std::vector<double> out(size_t(r.count));
+  if (r.slot < 0) return out;
+  FLIDE_CHECK(r.slot < kReadbackSlots && readback_[r.slot].held, "cuda fetch: no such readback");
+  ReadbackSlot& slot = readback_[r.slot];
+  slot.held = false;
+  r.slot = -1;
+  cuda_check(cudaEventSynchronize(slot.done),
+             "fetch (an earlier op failed; FLIDE_CUDA_SYNC_CHECK=1 names it)");
+  const float* h = static_cast<const float*>(slot.host);
+  for (int64_t i = 0; i < r.count; ++i) out[size_t(i)] = double(h[i]);
+  if (profiling_) {  // the profiled round ends here; no other is queued behind it
+    cuda_check(cudaStreamSynchronize(stream_), "fetch (an earlier op failed)");
+    profiler_->resolve();
+  }
+  return out;
+}
+
+// Part of a graphed round like an op: captured as an external event record node (the host may
+// wait on it) and fingerprinted on replay.
+void CudaOps::mark_tail() {
+  if (graph_mode_ != GraphMode::GraphMode_eager) {
+    graph_fingerprint({}, {kTailMarkTag});
+    if (graph_mode_ == GraphMode::GraphMode_replay) return;
+  }
+  const cudaError_t err = graph_mode_ == GraphMode::GraphMode_capture
+                              ? cudaEventRecordWithFlags(tail_, stream_, cudaEventRecordExternal)
+                              : cudaEventRecord(tail_, stream_);
+  cuda_check(err, "mark_tail: cudaEventRecord");
+}
+
+void CudaOps::wait_tail() {
+  cuda_check(cudaEventSynchronize(tail_),
+             "wait_tail (an earlier op failed; FLIDE_CUDA_SYNC_CHECK=1 names it)");
 }
 
 void CudaOps::fill_zero(View dst) {

@@ -67,14 +67,40 @@ int EngineLoop::retry_after_s() const {
 }
 
 void EngineLoop::run() {
+  const bool overlap = options_.overlap_rounds && executor_.asynchronous();
+  std::optional<Flight> flight;  // a round on the device, its answers not yet rendered
   for (;;) {
-    std::vector<Job> round = next_round();
-    if (round.empty()) break;
-    const Clock::time_point start = Clock::now();
-    run_round(round);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    round_seconds_ = round_seconds_ == 0 ? seconds_since(start)
-                                         : 0.8 * round_seconds_ + 0.2 * seconds_since(start);
+    // With a round on the device the next one is formed when that round reaches its tail, and
+    // queued behind it before its answers are rendered: the device does not wait for the host
+    // between rounds. Requests that arrive during the tail wait for the round after.
+    if (flight) {
+      try {
+        executor_.wait_tail();
+      } catch (const std::exception&) {  // the device failed: collecting the round says so
+      }
+    }
+    std::vector<Job> jobs = next_round(/*block=*/!flight);
+    if (jobs.empty() && !flight) break;  // stopping
+    std::optional<Flight> next;
+    std::exception_ptr refused;  // the model refused the round as a whole (at submit)
+    if (!jobs.empty()) {
+      try {
+        next = launch(jobs);
+      } catch (const std::exception&) {
+        refused = std::current_exception();
+      }
+    }
+    if (flight) land(*flight);
+    flight.reset();
+    if (refused) {
+      run_alone(jobs, refused);
+    } else if (next) {
+      flight = std::move(next);
+      if (!overlap) {
+        land(*flight);
+        flight.reset();
+      }
+    }
   }
   const std::lock_guard<std::mutex> lock(mutex_);
   for (Job& job : waiting_)
@@ -83,11 +109,11 @@ void EngineLoop::run() {
   metrics_.set_queue_depth(0);
 }
 
-std::vector<EngineLoop::Job> EngineLoop::next_round() {
+std::vector<EngineLoop::Job> EngineLoop::next_round(bool block) {
   std::unique_lock<std::mutex> lock(mutex_);
   std::vector<Job> round;
   while (round.empty()) {
-    wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+    if (block) wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
     if (stopping_) return {};
     int64_t tokens = 0;
     while (!waiting_.empty()) {
@@ -107,36 +133,68 @@ std::vector<EngineLoop::Job> EngineLoop::next_round() {
       waiting_.pop_front();
     }
     metrics_.set_queue_depth(int64_t(waiting_.size()));
+    if (!block) break;
   }
   return round;
 }
 
-void EngineLoop::run_round(std::vector<Job>& jobs) {
+EngineLoop::Flight EngineLoop::launch(std::vector<Job>& jobs) {
   std::vector<Tree> trees;
   trees.reserve(jobs.size());
   for (const Job& job : jobs) trees.push_back(job.request.tree);
+  const Clock::time_point start = Clock::now();
+  executor_.submit(std::move(trees), options_.mode);
+  return Flight{std::move(jobs), start};
+}
+
+void EngineLoop::run_alone(std::vector<Job>& jobs, const std::exception_ptr& refused) {
+  if (jobs.size() == 1) {  // the request at fault
+    try {
+      std::rethrow_exception(refused);
+    } catch (const std::exception& e) {
+      jobs[0].answer.set_exception(std::make_exception_ptr(
+          server_error(cat("the model failed on this request: ", e.what()))));
+    }
+    return;
+  }
+  for (Job& job : jobs) {  // find the request at fault; the others still get answers
+    std::vector<Job> alone;
+    alone.push_back(std::move(job));
+    try {
+      Flight flight = launch(alone);
+      land(flight);
+    } catch (const std::exception&) {
+      run_alone(alone, std::current_exception());
+    }
+  }
+}
+
+void EngineLoop::land(Flight& flight) {
+  std::vector<Job>& jobs = flight.jobs;
   std::vector<TreeResult> results;
   RunStats stats;
-  const Clock::time_point start = Clock::now();
   try {
-    results = executor_.run(trees, options_.mode, &stats);
-  } catch (const std::exception& e) {
-    if (jobs.size() > 1) {  // find the request at fault; the others still get answers
-      for (Job& job : jobs) {
-        std::vector<Job> alone;
-        alone.push_back(std::move(job));
-        run_round(alone);
-      }
-      return;
-    }
-    jobs[0].answer.set_exception(
-        std::make_exception_ptr(server_error(cat("the model failed on this request: ", e.what()))));
+    results = executor_.collect(&stats);
+  } catch (const std::exception& e) {  // the device's failure, not a request's: submit checks those
+    for (Job& job : jobs)
+      job.answer.set_exception(
+          std::make_exception_ptr(server_error(cat("the model failed on this round: ", e.what()))));
     return;
+  }
+  // The round's device time: from its submission, or from the end of the round it queued
+  // behind.
+  const Clock::time_point done = Clock::now();
+  const double seconds =
+      std::chrono::duration<double>(done - std::max(flight.submitted, device_free_)).count();
+  device_free_ = done;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    round_seconds_ = round_seconds_ == 0 ? seconds : 0.8 * round_seconds_ + 0.2 * seconds;
   }
   // Every answer is rendered and the round counted before any client hears back, so that a
   // client that reads /metrics after its answer sees its own request in them.
   RoundReport report;
-  report.seconds = seconds_since(start);
+  report.seconds = seconds;
   report.tokens_computed = stats.tokens_computed;
   std::vector<std::optional<nlohmann::ordered_json>> bodies(jobs.size());
   std::vector<std::exception_ptr> failures(jobs.size());

@@ -1,13 +1,17 @@
 // The queue between the HTTP threads and the model (STYLE.md 13): HTTP threads validate and
 // prepare a request, then submit it here; one engine thread packs the waiting requests into
 // rounds of at most `round_tokens` token rows (arrival order; a larger request runs alone),
-// runs each round as one Executor::run, and answers every request through its future.
-// Requests that arrive while a round runs join the next one (continuous batching).
+// submits each round to the Executor, and answers every request through its future. Requests
+// that arrive while a round runs join the next one (continuous batching). On an asynchronous
+// backend (CUDA) the next round is formed and queued on the device while the running round is
+// in its last layers, and the running round's answers are rendered while the next computes, so
+// the device does not idle through the host's work between rounds.
 //
 // Admission is bounded: past `max_queue` waiting requests, submit refuses with 429 and a
 // Retry-After of about one round. A request whose client has gone is dropped just before its
 // round. A round that throws is retried request by request, so one bad request cannot fail
-// the others, and the loop keeps serving whatever happens.
+// the others, and the loop keeps serving whatever happens. (Requests are checked when their
+// round is submitted; a failure after that is the device's, and fails the whole round.)
 #pragma once
 
 #include <condition_variable>
@@ -30,6 +34,9 @@ struct EngineOptions {
   ExecMode mode = ExecMode::ExecMode_fork;
   int64_t max_queue = 128;       // admitted requests waiting for a round (>= 1)
   int64_t round_tokens = 65536;  // token rows per round (>= 1)
+  // Overlap a round's host work with the device's work on the round before (when the model is
+  // asynchronous; flide serve --overlap-rounds).
+  bool overlap_rounds = true;
   // Padding to capacity buckets (CUDA graphs); flide serve sets it from --graphs.
   RoundPolicy policy;
 };
@@ -62,9 +69,19 @@ class EngineLoop {
     std::chrono::steady_clock::time_point admitted;
   };
 
+  // A round submitted to the executor, its answers not yet rendered.
+  struct Flight {
+    std::vector<Job> jobs;
+    std::chrono::steady_clock::time_point submitted;
+  };
+
   void run();
-  std::vector<Job> next_round();  // blocks; empty when stopping
-  void run_round(std::vector<Job>& jobs);
+  // The waiting requests that fit a round; with `block`, waits for one (empty when stopping).
+  std::vector<Job> next_round(bool block);
+  Flight launch(std::vector<Job>& jobs);  // submits; on a throw `jobs` stay the caller's
+  void land(Flight& flight);              // collects, renders and answers
+  // Retries a refused round request by request (none other in flight): 500 for the one at fault.
+  void run_alone(std::vector<Job>& jobs, const std::exception_ptr& refused);
   int retry_after_s() const;  // caller holds mutex_
 
   Executor executor_;
@@ -75,6 +92,7 @@ class EngineLoop {
   std::deque<Job> waiting_;
   bool stopping_ = false;
   double round_seconds_ = 0;  // recent round time (exponential average), for Retry-After
+  std::chrono::steady_clock::time_point device_free_;  // when the last collected round ended
   std::thread thread_;
 };
 
