@@ -35,7 +35,7 @@ struct RoundReport {
   int64_t prompt_tokens = 0;    // usage input_tokens over its requests (shared prefix once)
   int64_t shared_tokens = 0;    // trunk tokens its questions read instead of recomputing
   int64_t tokens_computed = 0;  // stream rows the model ran
-  double seconds = 0;           // Executor::run wall time
+  double seconds = 0;           // model time: submitted (or the round before done) to collected
 };
 
 class Metrics {
