@@ -45,10 +45,10 @@ PendingReadout register_readout(StreamAssembler& sa, int32_t t, int32_t n, const
 }
 
 // Readouts keep their tree's index into `trees`.
-void forked_round(const std::vector<Tree>& trees, StreamAssembler& sa,
+void forked_round(const std::vector<const Tree*>& trees, StreamAssembler& sa,
                   std::vector<PendingReadout>& pending) {
   for (int32_t t = 0; t < int32_t(trees.size()); ++t) {
-    const Tree& tree = trees[t];
+    const Tree& tree = *trees[t];
     std::vector<int32_t> seg(tree.nodes.size());
     for (int32_t n = 0; n < int32_t(tree.nodes.size()); ++n) {
       const TreeNode& node = tree.nodes[n];
@@ -66,10 +66,10 @@ void forked_round(const std::vector<Tree>& trees, StreamAssembler& sa,
 
 // Each root-to-leaf path as its own sequence; a readout is taken from the first path that
 // contains its node. Paths that carry no new readout are not run.
-void independent_round(const std::vector<Tree>& trees, StreamAssembler& sa,
+void independent_round(const std::vector<const Tree*>& trees, StreamAssembler& sa,
                        std::vector<PendingReadout>& pending) {
   for (int32_t t = 0; t < int32_t(trees.size()); ++t) {
-    const Tree& tree = trees[t];
+    const Tree& tree = *trees[t];
     const int32_t n_nodes = int32_t(tree.nodes.size());
     std::vector<bool> has_child(n_nodes, false), taken(n_nodes, false);
     for (const TreeNode& node : tree.nodes)
@@ -147,7 +147,7 @@ int64_t stream_tokens(const Tree& tree, ExecMode mode) {
 }
 
 struct Executor::Round {
-  std::vector<Tree> trees;
+  std::vector<const Tree*> trees;       // the caller's, alive until the round is collected
   std::vector<PendingReadout> pending;  // none: nothing to read, nothing was run
   int64_t real_tokens = 0;
   int64_t padding = 0;
@@ -161,8 +161,7 @@ Executor::~Executor() = default;
 std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode mode,
                                       RunStats* stats) {
   FLIDE_CHECK(in_flight_.empty(), "Executor::run with submitted rounds not collected");
-  const int64_t vocab = model_.info().vocab_size;
-  for (const Tree& tree : trees) validate_tree(tree, vocab);
+  for (const Tree& tree : trees) validate_tree(tree, model_.info().vocab_size);
 
   std::vector<std::vector<int32_t>> rounds;
   if (policy_.max_round_tokens <= 0) {
@@ -175,19 +174,21 @@ std::vector<TreeResult> Executor::run(const std::vector<Tree>& trees, ExecMode m
   }
   std::vector<TreeResult> results(trees.size());
   for (const std::vector<int32_t>& members : rounds) {
-    std::vector<Tree> round;
-    for (int32_t t : members) round.push_back(trees[t]);
-    submit(std::move(round), mode);
+    std::vector<const Tree*> round;
+    for (int32_t t : members) round.push_back(&trees[t]);
+    submit_valid(std::move(round), mode);
     std::vector<TreeResult> done = collect(stats);
     for (size_t i = 0; i < members.size(); ++i) results[members[i]] = std::move(done[i]);
   }
   return results;
 }
 
-void Executor::submit(std::vector<Tree> trees, ExecMode mode) {
-  FLIDE_CHECK(in_flight_.size() < 2, "two rounds are already in flight");
-  const int64_t vocab = model_.info().vocab_size;
-  for (const Tree& tree : trees) validate_tree(tree, vocab);
+void Executor::submit(std::vector<const Tree*> trees, ExecMode mode) {
+  for (const Tree* tree : trees) validate_tree(*tree, model_.info().vocab_size);
+  submit_valid(std::move(trees), mode);
+}
+
+void Executor::submit_valid(std::vector<const Tree*> trees, ExecMode mode) {
   auto round = std::make_unique<Round>();
   round->trees = std::move(trees);
   StreamAssembler sa;
@@ -213,7 +214,8 @@ std::vector<TreeResult> Executor::collect(RunStats* stats) {
   const std::unique_ptr<Round> round = std::move(in_flight_.front());
   in_flight_.pop_front();
   std::vector<TreeResult> results(round->trees.size());
-  for (size_t t = 0; t < results.size(); ++t) results[t].nodes.resize(round->trees[t].nodes.size());
+  for (size_t t = 0; t < results.size(); ++t)
+    results[t].nodes.resize(round->trees[t]->nodes.size());
   if (round->pending.empty()) return results;
 
   const ReadoutLogits logits = model_.collect();
@@ -226,7 +228,7 @@ std::vector<TreeResult> Executor::collect(RunStats* stats) {
   std::vector<double> lse_cache(size_t(round->n_full_out),
                                 std::numeric_limits<double>::quiet_NaN());
   for (const PendingReadout& r : round->pending)
-    results[r.tree].nodes[r.node] = compose(round->trees[r.tree], r, logits, vocab, lse_cache);
+    results[r.tree].nodes[r.node] = compose(*round->trees[r.tree], r, logits, vocab, lse_cache);
   return results;
 }
 

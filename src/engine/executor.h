@@ -55,15 +55,18 @@ class Executor {
   // Rounds in flight (the engine loop, which prepares the next round while the device computes
   // this one): submit validates `trees` and queues them on the model as one round (padded per
   // the policy, never split by it) and returns once it is queued; collect waits for the oldest
-  // submitted round and returns the results of its trees, in order. At most two rounds are
-  // submitted and not collected; run needs none. wait_tail and asynchronous: Model's.
-  void submit(std::vector<Tree> trees, ExecMode mode);
+  // submitted round and returns the results of its trees, in order. The trees are read until
+  // their round is collected, so they must live that long. At most two rounds are submitted and
+  // not collected (Model::submit); run needs none. wait_tail and asynchronous: Model's.
+  void submit(std::vector<const Tree*> trees, ExecMode mode);
   std::vector<TreeResult> collect(RunStats* stats = nullptr);
   void wait_tail() { model_.wait_tail(); }
   bool asynchronous() const { return model_.asynchronous(); }
 
  private:
   struct Round;  // a submitted round: its trees and where their readouts land
+
+  void submit_valid(std::vector<const Tree*> trees, ExecMode mode);  // trees validated
 
   Model& model_;
   RoundPolicy policy_;

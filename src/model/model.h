@@ -60,6 +60,24 @@ class Model {
   virtual std::vector<GemmShape> gemm_shapes(const Stream& stream) const = 0;
 };
 
+// Passes every call on to another model: the base of wrappers that watch or change a few of
+// them (flide bench's GEMM recorder).
+class ForwardingModel : public Model {
+ public:
+  explicit ForwardingModel(Model& inner) : inner_(inner) {}
+  const ModelInfo& info() const override { return inner_.info(); }
+  void submit(const Stream& stream) override { inner_.submit(stream); }
+  ReadoutLogits collect() override { return inner_.collect(); }
+  void wait_tail() override { inner_.wait_tail(); }
+  bool asynchronous() const override { return inner_.asynchronous(); }
+  std::vector<GemmShape> gemm_shapes(const Stream& stream) const override {
+    return inner_.gemm_shapes(stream);
+  }
+
+ protected:
+  Model& inner_;
+};
+
 // Reads <dir>/config.json, picks the architecture, binds weights from <dir>'s safetensors onto
 // `ops` (converted to its compute type). Errors name the file, key or tensor at fault.
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Ops& ops);

@@ -10,12 +10,19 @@
 
 namespace flide::test {
 
+// Executor::submit's view of a round's trees.
+inline std::vector<const Tree*> tree_ptrs(const std::vector<Tree>& trees) {
+  std::vector<const Tree*> out;
+  for (const Tree& tree : trees) out.push_back(&tree);
+  return out;
+}
+
 inline std::vector<std::vector<TreeResult>> run_overlapped(
     Executor& exec, const std::vector<std::vector<Tree>>& rounds, ExecMode mode) {
   std::vector<std::vector<TreeResult>> results;
   for (size_t r = 0; r < rounds.size(); ++r) {
     if (r > 0) exec.wait_tail();
-    exec.submit(rounds[r], mode);
+    exec.submit(tree_ptrs(rounds[r]), mode);
     if (r > 0) results.push_back(exec.collect());
   }
   if (!rounds.empty()) results.push_back(exec.collect());

@@ -107,9 +107,9 @@ TEST_P(ForkEquivalence, RoundsInFlightAnswerAsRoundsRunOneByOne) {
     }
   }
   // Two rounds in flight at most, and nothing to collect without one.
-  exec.submit(rounds[0], ExecMode::ExecMode_fork);
-  exec.submit(rounds[1], ExecMode::ExecMode_fork);
-  EXPECT_THROW(exec.submit(rounds[2], ExecMode::ExecMode_fork), Error);
+  exec.submit(test::tree_ptrs(rounds[0]), ExecMode::ExecMode_fork);
+  exec.submit(test::tree_ptrs(rounds[1]), ExecMode::ExecMode_fork);
+  EXPECT_THROW(exec.submit(test::tree_ptrs(rounds[2]), ExecMode::ExecMode_fork), Error);
   exec.collect();
   exec.collect();
   EXPECT_THROW(exec.collect(), Error);

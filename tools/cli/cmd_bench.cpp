@@ -122,10 +122,9 @@ double ms_since(Clock::time_point start) {
 }
 
 // The model, with the GEMM shapes of the rounds it computes while `recording`.
-class GemmRecorder final : public Model {
+class GemmRecorder final : public ForwardingModel {
  public:
-  explicit GemmRecorder(Model& inner) : inner_(inner) {}
-  const ModelInfo& info() const override { return inner_.info(); }
+  using ForwardingModel::ForwardingModel;
   void submit(const Stream& stream) override {
     if (recording) {
       std::vector<GemmShape> round = inner_.gemm_shapes(stream);
@@ -133,18 +132,9 @@ class GemmRecorder final : public Model {
     }
     inner_.submit(stream);
   }
-  ReadoutLogits collect() override { return inner_.collect(); }
-  void wait_tail() override { inner_.wait_tail(); }
-  bool asynchronous() const override { return inner_.asynchronous(); }
-  std::vector<GemmShape> gemm_shapes(const Stream& stream) const override {
-    return inner_.gemm_shapes(stream);
-  }
 
   bool recording = false;
   std::vector<GemmShape> shapes;
-
- private:
-  Model& inner_;
 };
 
 struct ModeResult {

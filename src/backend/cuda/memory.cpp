@@ -1,5 +1,5 @@
 // CudaOps: construction, the persistent and scratch arenas, host transfers through pinned
-// staging, and describe().
+// staging (and the readbacks and tail mark of rounds in flight), and describe().
 //
 // Memory plan (STYLE.md #7): weights live in a persistent arena of large cudaMalloc blocks,
 // zeroed once and never moved or reused. Activations and per-round state slots live in a bump

@@ -94,12 +94,10 @@ void EngineLoop::run() {
     flight.reset();
     if (refused) {
       run_alone(jobs, refused);
-    } else if (next) {
+    } else if (next && !overlap) {
+      land(*next);
+    } else {
       flight = std::move(next);
-      if (!overlap) {
-        land(*flight);
-        flight.reset();
-      }
     }
   }
   const std::lock_guard<std::mutex> lock(mutex_);
@@ -139,9 +137,10 @@ std::vector<EngineLoop::Job> EngineLoop::next_round(bool block) {
 }
 
 EngineLoop::Flight EngineLoop::launch(std::vector<Job>& jobs) {
-  std::vector<Tree> trees;
+  // The trees stay in `jobs`, whose elements the flight takes over without moving them.
+  std::vector<const Tree*> trees;
   trees.reserve(jobs.size());
-  for (const Job& job : jobs) trees.push_back(job.request.tree);
+  for (const Job& job : jobs) trees.push_back(&job.request.tree);
   const Clock::time_point start = Clock::now();
   executor_.submit(std::move(trees), options_.mode);
   return Flight{std::move(jobs), start};
