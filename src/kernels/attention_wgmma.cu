@@ -111,9 +111,9 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
     for (int ks = 0; ks < kN / 16; ++ks)
 #pragma unroll
       for (int c = 0; c < kHd / 64; ++c)
-        wgmma::mma_rs_bt(*reinterpret_cast<float(*)[8][4]>(&o[8 * c]), a[ks],
-                         wgmma::descriptor(sV + c * kKVChunk + ks * 16 * 128, kKVChunk, 1024),
-                         !first || ks > 0);
+        wgmma::mma_rs<true>(*reinterpret_cast<float(*)[8][4]>(&o[8 * c]), a[ks],
+                            wgmma::descriptor(sV + c * kKVChunk + ks * 16 * 128, kKVChunk, 1024),
+                            !first || ks > 0);
     wgmma::commit();
     first = false;
     blk = next;

@@ -1,4 +1,6 @@
-// The chunked delta rule's sequential half and its output (gdn.h): one block per (node, value
+// The chunked delta rule's sequential half and its output (gdn.h) for the small head dims of test
+// checkpoints (Dk, Dv in {8, 12, 16, 24}); Dk = Dv = 128, every real model, runs on warpgroup MMA
+// (gdn_state_wgmma.cu), whose products and rounding are these. One block per (node, value
 // head, share of its value columns) walks the node's chunks in order with the state in registers,
 // transposed: each warp owns a slab of 16 rows of S^T (value columns of S) against every key, as
 // mma.sync accumulators. Per chunk, from the state entering it (b_j = beta_j exp(gamma_j)):
@@ -423,7 +425,7 @@ cudaError_t launch_state(const GdnArgs& a) {
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_state<DK, DV>(const GdnArgs&);
-FLIDE_GDN_SHAPES(FLIDE_GDN_INSTANTIATE)
+FLIDE_GDN_SMALL_SHAPES(FLIDE_GDN_INSTANTIATE)
 #undef FLIDE_GDN_INSTANTIATE
 
 }  // namespace flide::kernels::gdn_detail

@@ -40,6 +40,16 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
                : "r"(smem_u32(p)));
 }
 
+// Four 8x8 b16 matrices stored transposed: register m holds lane 4 g + t's pair (2t, 2t + 1) of
+// row g of matrix m, which lands in column g of rows 2t, 2t + 1; lane 8 m + r gives the address
+// of stored row r of matrix m.
+__device__ __forceinline__ void stsm_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+}
+
 // c[16x8] += a[16x16] b[16x8] (b0, b1: B's two registers), fp32 accumulation.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {

@@ -72,15 +72,17 @@ __device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b)
 #undef FLIDE_WGMMA_SS
 }
 // d[64 x 64] = A[64 x 16] B[16 x 64] (+ d when accumulate), A from registers (the warp's 16 rows
-// as an m16n8k16 A fragment), B from shared memory, MN-major (transposed).
-__device__ __forceinline__ void mma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
-                                          bool accumulate) {
+// as an m16n8k16 A fragment), B from shared memory, K-major or, with kBTransposed, MN-major.
+template <bool kBTransposed>
+__device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                       bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLIDE_WGMMA_D32_LIST
-      ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : FLIDE_WGMMA_D32("+f")
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)),
+        "n"(int(kBTransposed)));
 }
 #undef FLIDE_WGMMA_D32
 #undef FLIDE_WGMMA_D32_LIST

@@ -1,0 +1,320 @@
+// The chunked delta rule's sequential half for Dk = Dv = 128 (every Qwen3.5 size) on Hopper
+// warpgroup MMA: the same walk, factors, rounding and outputs as gdn_state.cu's mma.sync kernel
+// (whose file top gives the per-chunk algebra), which keeps the small head dims of test
+// checkpoints.
+//
+// Why: the mma.sync kernel's warps issue ~1,130 instructions a chunk each (HMMA a tenth of them;
+// the rest address fragments, load them through ldmatrix and count loops), one warp per scheduler,
+// so a chunk is a chain of issue slots (bench/results/2026-11-30-state-loaders.md). Here one
+// warpgroup owns 64 value columns of a head (S^T: 64 x 128 keys, fp32 in registers) and each of a
+// chunk's five products is a handful of m64n64k16 wgmma with the tensor cores reading K, q, T and
+// P straight from shared memory:
+//   Z^T = S^T K^T, O^T = S^T q^T   8 + 8 k-steps over the keys (A = S^T from registers)
+//   v_new^T = Y^T T^T              4 k-steps over the chunk (A = Y^T)
+//   out^T += v_new^T P^T           4 (A = v_new^T)
+//   S^T += (v_new f)^T K           4 k-steps x 2 key halves (A = (v_new f)^T, K read MN-major)
+// A warp's 16 rows of each accumulator are the mma.sync kernel's slab layout, so the elementwise
+// steps between products are that kernel's, and an accumulator pair is an A fragment as it
+// stands (acc_pair_as_a). A second warpgroup stages the next chunk, so that no copy is issued on
+// the computing warps' chain (issued there, the copies were a third of its instructions), and
+// the output leaves through shared memory (stmatrix, transposed) in 16-byte row units instead of
+// 32 scattered 2-byte stores a thread.
+//
+// Shared memory per stage (1024-byte aligned; wgmma.cuh's 128-byte swizzle): T and P [64 i][64 j]
+// (8 KB each), q and K [64 rows][128 keys] as two 64-key chunks (16 KB each), then V [64][72] (the
+// block's value columns, padded as the elementwise reads want), gamma and beta. Rows past a node's
+// end are zeros, and f = b = 0 there, as in the mma.sync kernel.
+//
+// One fixed order of every sum, whatever the level's width: a node's bits do not depend on which
+// other nodes share its level.
+#include "kernels/gdn_chunk.cuh"
+#include "kernels/wgmma.cuh"
+
+namespace flide::kernels::gdn_detail {
+namespace {
+
+constexpr int kD = 128;                       // Dk = Dv
+constexpr int kCols = 64;                     // value columns of a block: one warpgroup's m64
+constexpr int kGroupThreads = 128;            // a warpgroup
+constexpr int kThreadsW = 2 * kGroupThreads;  // the computing warpgroup, then the staging one
+constexpr int kRowTiles = kChunk / 8;         // n8 tiles of a chunk's rows
+constexpr int kKeySteps = kD / 16;            // k16 steps over the keys
+constexpr int kRowSteps = kChunk / 16;        // k16 steps over a chunk's rows
+constexpr int kLdV = kCols + 8;               // bf16: 36 words a row, 4 mod 32
+constexpr int kLdOut = kCols + 8;             // the same for the output tile
+constexpr uint32_t kKeyChunk = kChunk * 128;  // bytes of 64 keys of q or K (one swizzle chunk)
+constexpr int kComputeBarrier = 1;            // named barrier of the computing warpgroup alone
+
+constexpr uint32_t kStT = 0;
+constexpr uint32_t kStP = kStT + kChunk * kChunk * 2;
+constexpr uint32_t kStQ = kStP + kChunk * kChunk * 2;
+constexpr uint32_t kStK = kStQ + kChunk * kD * 2;
+constexpr uint32_t kStV = kStK + kChunk * kD * 2;
+constexpr uint32_t kStGam = kStV + kChunk * kLdV * 2;
+constexpr uint32_t kStBeta = kStGam + kChunk * 4;
+constexpr uint32_t kStage = (kStBeta + kChunk * 4 + 1023) / 1024 * 1024;
+constexpr uint32_t kOut = 2 * kStage;  // [64 rows][kLdOut] bf16: a chunk's output
+constexpr uint32_t kFactors = kOut + kChunk * kLdOut * 2;  // [64] scale exp(gamma_j), f_j, b_j
+constexpr int kSmemBytes = 1024 + int(kFactors) + 3 * kChunk * 4;
+static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+
+// Rows r < nrows of src (row stride ld) into a swizzled [64][kC] bf16 tile at `tile`,
+// asynchronously, by the staging warpgroup (tid in [0, 128)); rows past nrows are zeros. A thread
+// copies one 16-byte column unit of every kStep-th row: its rows share their swizzle phase (kStep
+// is a multiple of 8), so only the row advances.
+template <int kC>
+__device__ __forceinline__ void stage_swizzled(uint32_t tile, const bf16* src, int64_t ld,
+                                               int nrows, int tid) {
+  constexpr int kVecs = kC / 8;
+  constexpr int kStep = kGroupThreads / kVecs;
+  static_assert(kStep % 8 == 0 && kChunk % kStep == 0, "rows of one swizzle phase");
+  const int r0 = tid / kVecs, c = tid % kVecs * 8;
+  const uint32_t dst = wgmma::swizzled(tile, kChunk, r0, c);
+  const bf16* row0 = src + c;  // a valid address for the zero fills
+  src = row0 + int64_t(r0) * ld;
+#pragma unroll
+  for (int i = 0; i < kChunk / kStep; ++i) {
+    const bool in = r0 + i * kStep < nrows;
+    detail::cp_async16(dst + uint32_t(i * kStep * 128), in ? src + int64_t(i * kStep) * ld : row0,
+                       in ? 16 : 0);
+  }
+}
+
+__device__ __forceinline__ uint64_t k_major(uint32_t addr) {
+  return wgmma::descriptor(addr, 16, 1024);
+}
+
+// Grid-stride loop over items = (node * Hv + head) * 2 + half: a block serves one half of a head's
+// value columns. Warpgroup 0 computes; warpgroup 1 stages chunk ci + 1 while chunk ci is computed
+// (its copies cost the computing warps nothing), and both meet once a chunk, where stage ci has
+// landed and chunk ci - 1 is done with the other stage.
+__global__ void __launch_bounds__(kThreadsW, 1)
+    gdn_state_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                           const bf16* __restrict__ v, const float* __restrict__ beta, float* state,
+                           bf16* __restrict__ out, Workspace ws, int heads_k, int heads_v,
+                           int level, float scale, TreeMeta meta) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  float* ef = reinterpret_cast<float*>(smem + kFactors);  // [64] scale exp(gamma_j)
+  float* fj = ef + kChunk;                                // [64] exp(gamma_last - gamma_j)
+  float* bj = fj + kChunk;                                // [64] beta_j exp(gamma_j)
+
+  // The role, broadcast from lane 0 so that the compiler sees it warp-uniform (else it
+  // serialises every wgmma of the computing branch).
+  const bool stager = __shfl_sync(0xffffffffu, int(threadIdx.x) / kGroupThreads, 0) == 1;
+  const int tid = int(threadIdx.x) % kGroupThreads, lane = tid & 31, warp = tid >> 5,
+            g8 = lane >> 2, t4 = lane & 3;
+  const int64_t T = meta.n_tokens;
+  const int64_t qk_ld = int64_t(heads_k) * kD;
+  const int64_t state_ld = int64_t(heads_v) * kD * kD, out_ld = int64_t(heads_v) * kD;
+  const int group = heads_v / heads_k;
+  const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
+  const int items = (ne - nb) * heads_v * 2;
+  // Element e of an accumulator tile: row value_col(e) of the block's columns, column
+  // tile_col(t, e) of tile t (a key, or a chunk row).
+  const int value_col0 = 16 * warp + g8;
+  auto value_col = [&](int e) { return value_col0 + 8 * (e >> 1); };
+  auto tile_col = [&](int t, int e) { return 8 * t + 2 * t4 + (e & 1); };
+  // stmatrix row addresses into the output tile: lane 8 m + r stores row r of matrix m, i.e.
+  // chunk row 8 (m / 2) + r (of an n8 pair) at value columns 16 warp + 8 (m % 2).
+  const uint32_t out_tile = base + kOut;
+  const uint32_t out_lane =
+      out_tile +
+      uint32_t(((lane >> 4) * 8 + (lane & 7)) * kLdOut + 16 * warp + ((lane >> 3) & 1) * 8) * 2u;
+
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int head = (item >> 1) % heads_v, node = nb + (item >> 1) / heads_v;
+    const int kh = head / group, v0 = (item & 1) * kCols;
+    const int64_t off = meta.node_offset[node];
+    const int len = meta.node_length[node];
+    const int slot_in = meta.node_slot_in[node], slot_out = meta.node_slot_out[node];
+    const int64_t state_head = int64_t(head) * kD * kD + v0;
+    const int64_t hrow = int64_t(head) * T + off;  // workspace row of the node's first row
+    const int n_chunks = (len + kChunk - 1) / kChunk;
+
+    __syncthreads();  // the previous item is done with shared memory
+    if (stager) {
+      auto issue = [&](int ci) {
+        const uint32_t st = base + uint32_t(ci & 1) * kStage;
+        unsigned char* sp = smem + (ci & 1) * kStage;
+        const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
+        const int64_t t0 = off + c0;
+        stage_swizzled<kChunk>(st + kStT, ws.T + (hrow + c0) * kChunk, kChunk, nrows, tid);
+        stage_swizzled<kChunk>(st + kStP, ws.P + (hrow + c0) * kChunk, kChunk, nrows, tid);
+        stage_swizzled<kD>(st + kStQ, q + t0 * qk_ld + kh * kD, qk_ld, nrows, tid);
+        stage_swizzled<kD>(st + kStK, k + t0 * qk_ld + kh * kD, qk_ld, nrows, tid);
+        load_rows<bf16, 8, kLdV>(reinterpret_cast<bf16*>(sp + kStV),
+                                 v + t0 * out_ld + int64_t(head) * kD + v0, out_ld, nrows, kCols,
+                                 kCols / 8, tid, kGroupThreads);
+        if (tid < kChunk) {
+          stage_vector<float, 1>(reinterpret_cast<float*>(sp + kStGam) + tid,
+                                 ws.gam + hrow + c0 + tid, tid < nrows);
+          stage_vector<float, 1>(reinterpret_cast<float*>(sp + kStBeta) + tid,
+                                 beta + (t0 + tid) * heads_v + head, tid < nrows);
+        }
+        cp_async_commit();
+      };
+      if (n_chunks > 0) issue(0);
+      for (int ci = 0; ci < n_chunks; ++ci) {
+        cp_async_wait<0>();
+        wgmma::fence_async_shared();
+        __syncthreads();  // stage ci landed; chunk ci - 1 is done with the other stage
+        if (ci + 1 < n_chunks) issue(ci + 1);
+      }
+      continue;
+    }
+
+    // S^T over the 128 keys: two m64n64 accumulators, key tile kt in s[kt / 8][kt % 8].
+    float s[2][8][4];
+#pragma unroll
+    for (int kt = 0; kt < 2 * 8; ++kt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[kt >> 3][kt & 7][e] = slot_in >= 0 ? state[slot_in * state_ld + state_head +
+                                                     int64_t(tile_col(kt, e)) * kD + value_col(e)]
+                                             : 0.f;
+
+    for (int ci = 0; ci < n_chunks; ++ci) {
+      const uint32_t st = base + uint32_t(ci & 1) * kStage;
+      unsigned char* sp = smem + (ci & 1) * kStage;
+      const bf16* sV = reinterpret_cast<const bf16*>(sp + kStV);
+      const float* sgam = reinterpret_cast<const float*>(sp + kStGam);
+      const float* sbeta = reinterpret_cast<const float*>(sp + kStBeta);
+      const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
+      __syncthreads();  // stage ci landed (the stager's wait and fence came first)
+
+      // Z^T = S^T K^T and O^T = S^T q^T (two commit groups), in flight while the factors are
+      // formed.
+      float z[kRowTiles][4], o[kRowTiles][4];
+      {
+        uint32_t a[kKeySteps][4];
+#pragma unroll
+        for (int ks = 0; ks < kKeySteps; ++ks)
+          acc_pair_as_a(a[ks], s[ks >> 2][(2 * ks) & 7], s[ks >> 2][(2 * ks + 1) & 7]);
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kKeySteps; ++ks)
+          wgmma::mma_rs<false>(z, a[ks], k_major(st + kStK + (ks >> 2) * kKeyChunk + (ks & 3) * 32),
+                               ks > 0);
+        wgmma::commit();
+#pragma unroll
+        for (int ks = 0; ks < kKeySteps; ++ks)
+          wgmma::mma_rs<false>(o, a[ks], k_major(st + kStQ + (ks >> 2) * kKeyChunk + (ks & 3) * 32),
+                               ks > 0);
+        wgmma::commit();
+      }
+      const float gam_last = sgam[nrows - 1];
+      if (tid < kChunk) {
+        const float e = __expf(sgam[tid]);
+        ef[tid] = scale * e;
+        fj[tid] = tid < nrows ? __expf(gam_last - sgam[tid]) : 0.f;
+        bj[tid] = sbeta[tid] * e;
+      }
+      wgmma::wait<1>();                          // Z^T; O^T may still run
+      bar_sync(kComputeBarrier, kGroupThreads);  // the factors
+
+      // Y^T = beta V^T - Z^T diag(b), then v_new^T = Y^T T^T (into z).
+      {
+        uint32_t a[kRowSteps][4];
+#pragma unroll
+        for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = tile_col(nt, e);
+            z[nt][e] = sbeta[j] * __bfloat162float(sV[j * kLdV + value_col(e)]) - bj[j] * z[nt][e];
+          }
+#pragma unroll
+        for (int js = 0; js < kRowSteps; ++js) acc_pair_as_a(a[js], z[2 * js], z[2 * js + 1]);
+        wgmma::fence();
+#pragma unroll
+        for (int js = 0; js < kRowSteps; ++js)
+          wgmma::mma_rs<false>(z, a[js], k_major(st + kStT + js * 32), js > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+      }
+
+      // out^T = scale exp(gamma) O^T + v_new^T P^T, and S^T = exp(gamma_last) S^T + (v_new f)^T K
+      // (a leaf's final state is not kept).
+      const bool update = ci + 1 < n_chunks || slot_out >= 0;
+      {
+        uint32_t a_v[kRowSteps][4], a_f[kRowSteps][4];
+#pragma unroll
+        for (int js = 0; js < kRowSteps; ++js) acc_pair_as_a(a_v[js], z[2 * js], z[2 * js + 1]);
+#pragma unroll
+        for (int nt = 0; nt < kRowTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = tile_col(nt, e);
+            o[nt][e] *= ef[j];
+            z[nt][e] *= fj[j];
+          }
+#pragma unroll
+        for (int js = 0; js < kRowSteps; ++js) acc_pair_as_a(a_f[js], z[2 * js], z[2 * js + 1]);
+        const float decay = __expf(gam_last);
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[c][nt][e] *= decay;
+        wgmma::fence();
+#pragma unroll
+        for (int js = 0; js < kRowSteps; ++js)
+          wgmma::mma_rs<false>(o, a_v[js], k_major(st + kStP + js * 32), true);
+        if (update)
+#pragma unroll
+          for (int js = 0; js < kRowSteps; ++js)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+              wgmma::mma_rs<true>(
+                  s[c], a_f[js],
+                  wgmma::descriptor(st + kStK + c * kKeyChunk + js * 16 * 128, kKeyChunk, 1024),
+                  true);
+        wgmma::commit();
+        wgmma::wait<0>();
+      }
+
+      // The output: transposed into the output tile by stmatrix (rows of the chunk, the block's
+      // columns), then written in 16-byte row units.
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; nt += 2) {
+        uint32_t r[4];
+        acc_pair_as_a(r, o[nt], o[nt + 1]);
+        detail::stsm_x4_trans(out_lane + uint32_t(8 * nt * kLdOut * 2), r);
+      }
+      bar_sync(kComputeBarrier, kGroupThreads);
+      const int unit = tid & 7;
+      bf16* orow = out + (off + c0) * out_ld + int64_t(head) * kD + v0 + unit * 8;
+#pragma unroll
+      for (int r = tid >> 3; r < kChunk; r += kGroupThreads / 8)
+        if (r < nrows)
+          *reinterpret_cast<uint4*>(orow + r * out_ld) =
+              *reinterpret_cast<const uint4*>(smem + kOut + (r * kLdOut + unit * 8) * 2);
+    }
+
+    // Final state: each thread writes exactly the elements it read, so slot_out may be slot_in.
+    if (slot_out >= 0) {
+#pragma unroll
+      for (int kt = 0; kt < 2 * 8; ++kt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          state[slot_out * state_ld + state_head + int64_t(tile_col(kt, e)) * kD + value_col(e)] =
+              s[kt >> 3][kt & 7][e];
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_state_wgmma(const GdnArgs& a) {
+  const cudaError_t err = detail::raise_smem_limit<gdn_state_wgmma_kernel, kSmemBytes>();
+  if (err != cudaSuccess) return err;
+  const int blocks = stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * 2, a.sms, 1);
+  gdn_state_wgmma_kernel<<<blocks, kThreadsW, kSmemBytes, a.stream>>>(
+      a.q, a.k, a.v, a.beta, a.state, a.out, a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
+  return cudaGetLastError();
+}
+
+}  // namespace flide::kernels::gdn_detail
