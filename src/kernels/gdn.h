@@ -12,22 +12,21 @@
 //           T = (I + A)^-1 (A = strictly lower beta_i (k_i.k_j) exp(gamma_i - gamma_j)) and
 //           P = (q_i.k_j) Dk^-1/2 exp(gamma_i - gamma_j) (j <= i), stored in bf16 to the
 //           workspace;
-//   state   one block per (node, value head, half of its value columns) for Dk = Dv = 128, a
-//           warpgroup on wgmma with a second one staging the next chunk; for the small head dims
-//           of test checkpoints one per (node, value head, share of its 16-column slabs) on
-//           mma.sync: walks the node's chunks in order with the state, transposed, in registers:
+//   state   one block per (node, value head, 64 of its value columns): a warpgroup on wgmma,
+//           a second one staging the next chunk, walks the node's chunks in order with the
+//           state, transposed, in registers:
 //           v_new = T (beta V - beta exp(gamma) K S), i.e. fla's U - W S without forming
 //           W = T (beta exp(gamma) K) and U = T (beta V) (32 times T's bytes),
 //           out = Dk^-1/2 exp(gamma) (q S) + P v_new, S = exp(gamma_last) S +
 //           sum_j exp(gamma_last - gamma_j) k_j v_new_j^T; only this loop is sequential.
 // Products run on tensor cores with fp32 accumulation. Those of the state kernel all take bf16
-// operands (wgmma m64n64k16 or mma.sync m16n8k16): K, q and V as they are; the state, beta V - beta
-// exp(gamma) K S and v_new rounded from fp32 as they enter a product; T and P as the prepare kernel
-// stores them. That is fla's rounding (its chunked kernels cast the same factors to the inputs'
-// dtype), i.e. what HF transformers and vLLM compute on the GPU. The prepare kernel's Gram products
-// (K K^T, Q K^T) are exact bf16 products too; its triangular inverse runs in fp32 and tf32
-// (m16n8k8). The state itself accumulates in fp32. No atomics: results are deterministic and do not
-// depend on which other nodes share the level.
+// operands (wgmma m64n64k16): K, q and V as they are; the state, beta V - beta exp(gamma) K S and
+// v_new rounded from fp32 as they enter a product; T and P as the prepare kernel stores them.
+// That is fla's rounding (its chunked kernels cast the same factors to the inputs' dtype), i.e.
+// what HF transformers and vLLM compute on the GPU. The prepare kernel's Gram products (K K^T,
+// Q K^T) are exact bf16 products too; its triangular inverse runs in fp32 and tf32 (m16n8k8).
+// The state itself accumulates in fp32. No atomics: results are deterministic and do not depend
+// on which other nodes share the level.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,8 +72,8 @@ size_t gdn_workspace_bytes(int64_t T, int heads_v);
 // Value head j reads key head j / (Hv / Hk). Math: spec qwen3_5.md §4.1, identical to the CPU
 // reference's chunked form up to fp32/tf32/bf16 rounding. Dk and Dv each in {8, 12, 16, 24} or
 // both 128 (else cudaErrorInvalidValue); q, k, v 16-byte aligned (8 when the head dim is not a
-// multiple of 8) and out 4-byte aligned, 16 for 128 x 128 (else cudaErrorMisalignedAddress). A
-// node may read and write the same state slot.
+// multiple of 8) and out 4-byte aligned, 16 where Dv is a multiple of 8 (else
+// cudaErrorMisalignedAddress). A node may read and write the same state slot.
 cudaError_t gdn_chunked(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         const float* g, const float* beta, float* state, __nv_bfloat16* out,
                         void* workspace, int heads_k, int heads_v, int dim_k, int dim_v, int level,

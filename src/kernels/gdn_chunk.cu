@@ -43,8 +43,8 @@ template <int DK, int DV>
 cudaError_t launch_gdn(GdnArgs a, void* workspace) {
   using D = gdn_detail::Dims<DK, DV>;
   if (!detail::aligned(a.q, D::kVecK * 2) || !detail::aligned(a.k, D::kVecK * 2) ||
-      !detail::aligned(a.v, D::kVecV * 2) ||
-      !detail::aligned(a.out, DK == 128 && DV == 128 ? 16 : 4) || !detail::aligned(workspace, 16))
+      !detail::aligned(a.v, D::kVecV * 2) || !detail::aligned(a.out, DV % 8 == 0 ? 16 : 4) ||
+      !detail::aligned(workspace, 16))
     return cudaErrorMisalignedAddress;
   const WorkspaceLayout l = workspace_layout(a.meta.n_tokens, a.heads_v);
   unsigned char* base = static_cast<unsigned char*>(workspace);
@@ -55,12 +55,7 @@ cudaError_t launch_gdn(GdnArgs a, void* workspace) {
   cudaError_t err = detail::multiprocessors(a.sms);
   if (err == cudaSuccess) err = gdn_detail::launch_plan(a);
   if (err == cudaSuccess) err = gdn_detail::launch_prepare<DK, DV>(a);
-  if (err == cudaSuccess) {
-    if constexpr (DK == 128 && DV == 128)
-      err = gdn_detail::launch_state_wgmma(a);
-    else
-      err = gdn_detail::launch_state<DK, DV>(a);
-  }
+  if (err == cudaSuccess) err = gdn_detail::launch_state<DK, DV>(a);
   return err;
 }
 

@@ -193,20 +193,17 @@ cudaError_t launch_with_smem(int blocks, cudaStream_t stream, Args... args) {
   return cudaGetLastError();
 }
 
-// One per kernel file; each instantiates them for every shape of FLIDE_GDN_SHAPES (the mma.sync
-// state kernel for those of FLIDE_GDN_SMALL_SHAPES).
+// One per kernel file; each instantiates them for every shape of FLIDE_GDN_SHAPES.
 cudaError_t launch_plan(const GdnArgs& a);
 template <int DK, int DV>
 cudaError_t launch_prepare(const GdnArgs& a);
 template <int DK, int DV>
-cudaError_t launch_state(const GdnArgs& a);        // mma.sync: the small head dims
-cudaError_t launch_state_wgmma(const GdnArgs& a);  // wgmma: Dk = Dv = 128
+cudaError_t launch_state(const GdnArgs& a);
 
 // The head dims the kernels are built for: the real models' 128 x 128 and small test shapes.
 #define FLIDE_GDN_SMALL_DV(X, DK) X(DK, 8) X(DK, 12) X(DK, 16) X(DK, 24)
-#define FLIDE_GDN_SMALL_SHAPES(X) \
-  FLIDE_GDN_SMALL_DV(X, 8)        \
-  FLIDE_GDN_SMALL_DV(X, 12) FLIDE_GDN_SMALL_DV(X, 16) FLIDE_GDN_SMALL_DV(X, 24)
-#define FLIDE_GDN_SHAPES(X) FLIDE_GDN_SMALL_SHAPES(X) X(128, 128)
+#define FLIDE_GDN_SHAPES(X) \
+  FLIDE_GDN_SMALL_DV(X, 8)  \
+  FLIDE_GDN_SMALL_DV(X, 12) FLIDE_GDN_SMALL_DV(X, 16) FLIDE_GDN_SMALL_DV(X, 24) X(128, 128)
 
 }  // namespace flide::kernels::gdn_detail
