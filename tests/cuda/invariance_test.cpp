@@ -1,9 +1,9 @@
 // Batch invariance of the GPU's tree kernels: a tree's rows come out with the same bits whether
 // it runs alone in a round or first among 40 trees, as the server packs concurrent requests.
-// The delta rule's state kernel gives a level with few nodes finer head splits and two warps a
-// slab (gdn_state.cu: 8 blocks per head, each of two warps holding one key half, for the lone
-// tree's trunk; one block of 8 warps for 40 trunks), and attention sees the tree at other stream
-// offsets; neither may change a row's arithmetic. cuBLASLt picks its algorithm by row count: in
+// The delta rule's state kernel walks a level's (node, head, 64 value columns) items in a
+// grid-stride loop: a few for the lone tree's trunk, hundreds for 41 trunks, each block's item
+// at another place in the walk; attention sees the tree at other stream offsets. Neither may
+// change a row's arithmetic. cuBLASLt picks its algorithm by row count: in
 // batch-invariant mode gemm.cpp pins it below CudaOps::kGemmPinRows rows, and the GEMMs' rows
 // are checked across row counts in that mode.
 #include <algorithm>
@@ -58,7 +58,7 @@ bool all_finite(const Vec& x) {
   return std::all_of(x.begin(), x.end(), [](double e) { return std::isfinite(e); });
 }
 
-// (Dk, Dv): the real models' heads, and a small one whose 32 padded keys also split in halves.
+// (Dk, Dv): the real models' heads, and a small one on the same kernel's zero-padded tiles.
 class CudaInvariance : public CudaTestWithParam<std::pair<int, int>> {};
 
 TEST_P(CudaInvariance, DeltaRuleRowsAndStateIgnoreTheRestOfTheRound) {
