@@ -87,9 +87,8 @@ class CpuOps final : public Ops {
   static T* ptr(View v) { return static_cast<T*>(v.data); }
   // out = x . w^T + beta out (matmul: beta 0, matmul_add: beta 1).
   void gemm(View x, View w, View out, T beta);
-  // The same in calls of exactly kInvariantRows rows (dense.cpp: batch-invariant mode).
-  void gemm_fixed_rows(View x, View w, View out, T beta);
-  static constexpr int64_t kInvariantRows = 64;
+  // The same with every output summed in one fixed order (dense.cpp: batch-invariant mode).
+  void gemm_invariant(View x, View w, View out, T beta);
   // Rows a query-side tensor holds under `which`: the stream's tokens or its out rows.
   int64_t rows_of(Rows which) const;
   // Stream row of row r of a query-side tensor.
@@ -103,7 +102,6 @@ class CpuOps final : public Ops {
 
   int threads_;
   bool batch_invariant_;
-  std::vector<T> pad_x_, pad_out_;  // gemm_fixed_rows' last, partial block
   Stream stream_;
   // Root-first ancestor chain of every node followed by the node itself:
   // path_nodes_[path_begin_[n] .. path_begin_[n + 1]).

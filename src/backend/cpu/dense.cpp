@@ -1,4 +1,5 @@
-// Token-wise ops: embedding lookup, RMSNorm, GEMM (OpenBLAS), elementwise gates, row gathers.
+// Token-wise ops: embedding lookup, RMSNorm, GEMM (OpenBLAS; in batch-invariant mode a fixed-order
+// one of our own), elementwise gates, row gathers.
 // Reductions (sum of squares) accumulate in T, as HF does in fp32 for an fp32 model.
 #include <cblas.h>
 
@@ -39,6 +40,20 @@ void blas_gemm(const double* x, const double* w, double* out, int64_t M, int64_t
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0, x, K, w, K, beta, out, N);
 }
 
+// a . b over K, as kLanes interleaved partial sums (lane j: k = j mod kLanes, in order), added
+// pairwise, then the tail: the same order for every call with this K.
+template <typename T>
+T fixed_order_dot(const T* a, const T* b, int64_t K) {
+  constexpr int64_t kLanes = 8;
+  T acc[kLanes] = {};
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] += a[k + j] * b[k + j];
+  T tail = 0;
+  for (; k < K; ++k) tail += a[k] * b[k];
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])) + tail;
+}
+
 // HF Qwen3_5RMSNorm's scaling of one row x [C] into y, given the row's sum of squares.
 template <typename T>
 void scale_row(const T* x, const T* w, T* y, T sum_sq, int64_t C, double eps, bool unit_offset) {
@@ -69,32 +84,33 @@ void CpuOps<T>::gemm(View x, View w, View out, T beta) {
   const int64_t R = x.rows, N = w.rows, K = x.cols;
   if (R == 0 || N == 0 || (K == 0 && beta != T(0))) return;
   if (K == 0) return fill_zero(out);
-  if (batch_invariant_) return gemm_fixed_rows(x, w, out, beta);
+  if (batch_invariant_) return gemm_invariant(x, w, out, beta);
   blas_gemm(ptr(x), ptr(w), ptr(out), R, N, K, beta);
 }
 
-// Batch-invariant mode: OpenBLAS takes other paths for other row counts (gemv for one row,
-// other kernels for a few), whose sums round differently, so a row's bits would depend on the
-// other requests of its round. Every call here has exactly kInvariantRows rows, the last block
-// copied into a zero-padded one: the same path for every row, each in a full micro-tile (every
-// kernel's row tile divides kInvariantRows), its sums in the same order.
+// Batch-invariant mode: every output is one dot product of its row of x and its row of w, summed
+// in one fixed order whatever the row's place in the call. OpenBLAS's kernels round a row by its
+// place in their tiles, not only by the call's row count: on its Haswell kernels (what OpenBLAS
+// 0.3.21 runs on AMD EPYC) a float row at place 6-11 of every 12 comes out with other bits than
+// at place 0-5, in blocks of any fixed size. So a row's bits would depend on the other requests
+// of its round. Blocks of 4 rows x 64 columns keep x's rows in cache while w's stream.
 template <typename T>
-void CpuOps<T>::gemm_fixed_rows(View x, View w, View out, T beta) {
-  const int64_t R = x.rows, N = w.rows, K = x.cols, B = kInvariantRows;
-  for (int64_t r0 = 0; r0 < R; r0 += B) {
-    const int64_t n = std::min(B, R - r0);
-    const T* xb = ptr(x) + r0 * K;
-    T* ob = ptr(out) + r0 * N;
-    if (n == B) {
-      blas_gemm(xb, ptr(w), ob, B, N, K, beta);
-      continue;
-    }
-    pad_x_.assign(size_t(B * K), T(0));
-    pad_out_.assign(size_t(B * N), T(0));
-    std::copy(xb, xb + n * K, pad_x_.begin());
-    if (beta != T(0)) std::copy(ob, ob + n * N, pad_out_.begin());
-    blas_gemm(pad_x_.data(), ptr(w), pad_out_.data(), B, N, K, beta);
-    std::copy(pad_out_.begin(), pad_out_.begin() + n * N, ob);
+void CpuOps<T>::gemm_invariant(View x, View w, View out, T beta) {
+  constexpr int64_t kRowBlock = 4, kColBlock = 64;
+  const int64_t R = x.rows, N = w.rows, K = x.cols;
+  const int64_t row_blocks = (R + kRowBlock - 1) / kRowBlock;
+  const int64_t col_blocks = (N + kColBlock - 1) / kColBlock;
+  const T* xp = ptr(x);
+  const T* wp = ptr(w);
+  T* op = ptr(out);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t b = 0; b < row_blocks * col_blocks; ++b) {
+    const int64_t r0 = b / col_blocks * kRowBlock, n0 = b % col_blocks * kColBlock;
+    for (int64_t n = n0; n < std::min(N, n0 + kColBlock); ++n)
+      for (int64_t r = r0; r < std::min(R, r0 + kRowBlock); ++r) {
+        const T d = fixed_order_dot(xp + r * K, wp + n * K, K);
+        op[r * N + n] = beta == T(0) ? d : beta * op[r * N + n] + d;
+      }
   }
 }
 
