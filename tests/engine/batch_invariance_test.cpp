@@ -1,6 +1,7 @@
 // Batch-invariant mode on the CPU backend (make_cpu_ops): a tree's answers are the same bits
 // whether it runs alone or packed into a round with other requests, in float32 and float64 on
-// all cores. Without the mode, OpenBLAS's paths for other row counts change the last bits.
+// all cores. Without the mode, OpenBLAS rounds a row by the call's row count and by the row's place
+// in its kernel's tiles, which change the last bits.
 #include <gtest/gtest.h>
 
 #include <filesystem>
