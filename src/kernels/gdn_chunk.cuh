@@ -2,8 +2,9 @@
 // their launcher (gdn_chunk.cu): tensor-core fragment helpers, asynchronous tile copies, the
 // head-dim shapes and the workspace the kernels hand results through.
 //
-// Tensor cores: mma.sync with fp32 accumulation, m16n8k8 tf32 for the prepare kernel's products
-// of two fp32 operands and m16n8k16 bf16 for every other (mma_bf16.cuh). tf32 fragment layout (PTX
+// Tensor cores, all with fp32 accumulation: in the prepare kernel mma.sync, m16n8k8 tf32 for its
+// products of two fp32 operands and m16n8k16 bf16 for the others (mma_bf16.cuh); in the state
+// kernel wgmma (wgmma.cuh). tf32 fragment layout (PTX
 // ISA), lane = 4 g + t: A (16x8) a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B (8x8, k x n)
 // b0 (t, g), b1 (t+4, g); C (16x8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
 // Shared-memory leading dimensions are padded so that every fragment load is free of bank conflicts
@@ -110,7 +111,7 @@ __device__ __forceinline__ void stage_vector(T* dst, const T* src, bool in_range
 // vectors is set to zero. Copied by threads tid of nthreads (the whole block unless a kernel keeps
 // some warps off loads), a multiple of 32, with vecs a power of two <= 32: so a thread's vectors
 // all sit in one column and only the row advances, and a copy costs a few instructions instead of
-// a division and a 64-bit product each (the state kernel issues ~30 a thread per chunk).
+// a division and a 64-bit product each.
 template <typename T, int kVec, int kLd>
 __device__ __forceinline__ void load_rows(T* dst, const T* src, int64_t src_ld, int nrows, int cols,
                                           int vecs, int tid, int nthreads) {

@@ -49,15 +49,15 @@ namespace {
 
 constexpr int kD = 128;    // keys of the staged q and K (Dk padded), value columns of two halves
 constexpr int kCols = 64;  // value columns of a block: one warpgroup's m64
-constexpr int kGroupThreads = 128;            // a warpgroup
-constexpr int kThreadsW = 2 * kGroupThreads;  // the computing warpgroup, then the staging one
-constexpr int kRowTiles = kChunk / 8;         // n8 tiles of a chunk's rows
-constexpr int kKeySteps = kD / 16;            // k16 steps over the keys
-constexpr int kRowSteps = kChunk / 16;        // k16 steps over a chunk's rows
-constexpr int kLdV = kCols + 8;               // bf16: 36 words a row, 4 mod 32
-constexpr int kLdOut = kCols + 8;             // the same for the output tile
-constexpr uint32_t kKeyChunk = kChunk * 128;  // bytes of 64 keys of q or K (one swizzle chunk)
-constexpr int kComputeBarrier = 1;            // named barrier of the computing warpgroup alone
+constexpr int kGroupThreads = 128;                // a warpgroup
+constexpr int kBlockThreads = 2 * kGroupThreads;  // the computing warpgroup, then the staging one
+constexpr int kRowTiles = kChunk / 8;             // n8 tiles of a chunk's rows
+constexpr int kKeySteps = kD / 16;                // k16 steps over the keys
+constexpr int kRowSteps = kChunk / 16;            // k16 steps over a chunk's rows
+constexpr int kLdV = kCols + 8;                   // bf16: 36 words a row, 4 mod 32
+constexpr int kLdOut = kCols + 8;                 // the same for the output tile
+constexpr uint32_t kKeyChunk = kChunk * 128;      // bytes of 64 keys of q or K (one swizzle chunk)
+constexpr int kComputeBarrier = 1;                // named barrier of the computing warpgroup alone
 
 constexpr uint32_t kStT = 0;
 constexpr uint32_t kStP = kStT + kChunk * kChunk * 2;
@@ -118,7 +118,7 @@ __device__ __forceinline__ uint64_t k_major(uint32_t addr) {
 // while chunk ci is computed (its copies cost the computing warps nothing), and both meet once a
 // chunk, where stage ci has landed and chunk ci - 1 is done with the other stage.
 template <int DK, int DV>
-__global__ void __launch_bounds__(kThreadsW, 1)
+__global__ void __launch_bounds__(kBlockThreads, 1)
     gdn_state_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
                      const bf16* __restrict__ v, const float* __restrict__ beta, float* state,
                      bf16* __restrict__ out, Workspace ws, int heads_k, int heads_v, int level,
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kThreadsW, 1)
       uint32_t(((lane >> 4) * 8 + (lane & 7)) * kLdOut + 16 * warp + ((lane >> 3) & 1) * 8) * 2u;
 
   if constexpr (DK < kD) {  // the keys past Dk of both stages' q and K: zero once, for good
-    for (int i = int(threadIdx.x); i < 2 * 2 * kChunk * kD / 8; i += kThreadsW) {
+    for (int i = int(threadIdx.x); i < 2 * 2 * kChunk * kD / 8; i += kBlockThreads) {
       const int tile = i / (kChunk * kD / 8), unit = i % (kChunk * kD / 8);
       const uint32_t st = uint32_t(tile >> 1) * kStage + (tile & 1 ? kStK : kStQ);
       *reinterpret_cast<uint4*>(smem + st + unit * 16) = make_uint4(0u, 0u, 0u, 0u);
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreadsW, 1)
     if (stager) {
       auto issue = [&](int ci) {
         const uint32_t st = base + uint32_t(ci & 1) * kStage;
-        unsigned char* sp = smem + (ci & 1) * kStage;
+        unsigned char* sp = smem + (st - base);  // the same stage, as a pointer
         const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
         const int64_t t0 = off + c0;
         stage_swizzled<kChunk>(st + kStT, ws.T + (hrow + c0) * kChunk, kChunk, nrows, tid);
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kThreadsW, 1)
 
     for (int ci = 0; ci < n_chunks; ++ci) {
       const uint32_t st = base + uint32_t(ci & 1) * kStage;
-      unsigned char* sp = smem + (ci & 1) * kStage;
+      unsigned char* sp = smem + (st - base);  // the same stage, as a pointer
       const bf16* sV = reinterpret_cast<const bf16*>(sp + kStV);
       const float* sgam = reinterpret_cast<const float*>(sp + kStGam);
       const float* sbeta = reinterpret_cast<const float*>(sp + kStBeta);
@@ -374,7 +374,7 @@ cudaError_t launch_state(const GdnArgs& a) {
   if (err != cudaSuccess) return err;
   const int blocks = stride_grid(
       int64_t(a.meta.max_level_nodes) * a.heads_v * ((DV + kCols - 1) / kCols), a.sms, 1);
-  kernel<<<blocks, kThreadsW, kSmemBytes, a.stream>>>(
+  kernel<<<blocks, kBlockThreads, kSmemBytes, a.stream>>>(
       a.q, a.k, a.v, a.beta, a.state, a.out, a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
   return cudaGetLastError();
 }
