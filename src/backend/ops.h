@@ -121,6 +121,15 @@ class Ops {
   virtual void matmul_add(View x, View w, View acc) = 0;
   // out = silu(gate) * up; out may alias gate or up
   virtual void silu_mul(View gate, View up, View out) = 0;
+  // out[R, N] = silu(x . w_gate^T) * (x . w_up^T), the MLP's SwiGLU on x [R, K], w_gate and w_up
+  // [N, K]. By default the two products and silu_mul, the up product in scratch; a backend may
+  // fuse them (CUDA: one GEMM that writes only out), rounding as these steps do.
+  virtual void swiglu(View x, View w_gate, View w_up, View out) {
+    View up = scratch(out.rows, out.cols);
+    matmul(x, w_gate, out);
+    matmul(x, w_up, up);
+    silu_mul(out, up, out);
+  }
   // x *= sigmoid(gate)
   virtual void sigmoid_mul(View x, View gate) = 0;
   // out[R, C] = x[out_rows[r]] (Stream::out_rows)

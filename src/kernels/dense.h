@@ -25,6 +25,15 @@ cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64
                     bool unit_offset, cudaStream_t stream);
 // out = silu(gate) * up; out may alias gate or up
 cudaError_t silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n, cudaStream_t stream);
+// out = silu(x . w_gate^T) * (x . w_up^T), the MLP's gate, up and SwiGLU in one Hopper GEMM
+// (swiglu_gemm.cu), rounded as the three steps unfused: x [M, K], w_gate and w_up [N, K], out
+// [M, N]. swiglu_gemm_supported says whether the kernel takes these pointers and sizes (16-byte
+// alignment, N a multiple of 128, K of 8, both weights within 24 MB); otherwise run the two
+// matmuls and silu_mul.
+bool swiglu_gemm_supported(const void* x, const void* w_gate, const void* w_up, const void* out,
+                           int64_t N, int64_t K);
+cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf16* out, int64_t M,
+                        int64_t N, int64_t K, cudaStream_t stream);
 // x *= sigmoid(gate)
 cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t stream);
 // out[r, :] = x[rows[r], :]; out [R, cols]. Works for bf16 and fp32 (elem_bytes 2 or 4).

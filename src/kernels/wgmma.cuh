@@ -84,6 +84,31 @@ __device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)),
         "n"(int(kBTransposed)));
 }
+// d[64 x 128] = A[64 x 16] B[16 x 128] (+ d when accumulate), both operands from shared memory,
+// both K-major: the GEMM's step (swiglu_gemm.cu). d: the warp's 16 rows, n-tile i = d[i].
+__device__ __forceinline__ void mma_ss_n128(float (&d)[16][4], uint64_t a, uint64_t b,
+                                            bool accumulate) {
+#define FLIDE_WGMMA_D64(c)                                                                        \
+  c(d[0][0]), c(d[0][1]), c(d[0][2]), c(d[0][3]), c(d[1][0]), c(d[1][1]), c(d[1][2]), c(d[1][3]), \
+      c(d[2][0]), c(d[2][1]), c(d[2][2]), c(d[2][3]), c(d[3][0]), c(d[3][1]), c(d[3][2]),         \
+      c(d[3][3]), c(d[4][0]), c(d[4][1]), c(d[4][2]), c(d[4][3]), c(d[5][0]), c(d[5][1]),         \
+      c(d[5][2]), c(d[5][3]), c(d[6][0]), c(d[6][1]), c(d[6][2]), c(d[6][3]), c(d[7][0]),         \
+      c(d[7][1]), c(d[7][2]), c(d[7][3]), c(d[8][0]), c(d[8][1]), c(d[8][2]), c(d[8][3]),         \
+      c(d[9][0]), c(d[9][1]), c(d[9][2]), c(d[9][3]), c(d[10][0]), c(d[10][1]), c(d[10][2]),      \
+      c(d[10][3]), c(d[11][0]), c(d[11][1]), c(d[11][2]), c(d[11][3]), c(d[12][0]), c(d[12][1]),  \
+      c(d[12][2]), c(d[12][3]), c(d[13][0]), c(d[13][1]), c(d[13][2]), c(d[13][3]), c(d[14][0]),  \
+      c(d[14][1]), c(d[14][2]), c(d[14][3]), c(d[15][0]), c(d[15][1]), c(d[15][2]), c(d[15][3])
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : FLIDE_WGMMA_D64("+f")
+      : "l"(a), "l"(b), "r"(int(accumulate)));
+#undef FLIDE_WGMMA_D64
+}
 #undef FLIDE_WGMMA_D32
 #undef FLIDE_WGMMA_D32_LIST
 

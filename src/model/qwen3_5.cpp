@@ -247,12 +247,9 @@ class Qwen35Model final : public Model {
   // x += down(silu(gate(n)) * up(n)) on the post-attention norm n [rows, H]; x [rows, H] is the
   // residual.
   void mlp(const LayerWeights& w, View n, View x) {
-    const int64_t rows = n.rows, I = cfg_.intermediate_size;
-    View gate = ops_.scratch(rows, I), up = ops_.scratch(rows, I);
-    ops_.matmul(n, w.mlp_gate, gate);
-    ops_.matmul(n, w.mlp_up, up);
-    ops_.silu_mul(gate, up, gate);
-    ops_.matmul_add(gate, w.mlp_down, x);
+    View act = ops_.scratch(n.rows, cfg_.intermediate_size);
+    ops_.swiglu(n, w.mlp_gate, w.mlp_up, act);
+    ops_.matmul_add(act, w.mlp_down, x);
   }
 
   // Gated DeltaNet mixer on h [T, H], added to the residual x [T, H] (when `last`: [R, H], the

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "cuda_test_util.h"
+#include "kernels/dense.h"
 
 namespace flide::test {
 namespace {
@@ -168,6 +169,7 @@ constexpr GemmNK kModelGemms[] = {
     {2560, 9216}};
 
 class CudaGemmInvariance : public CudaTestWithParam<GemmNK> {};
+class CudaSwigluInvariance : public CudaTest {};
 
 // In batch-invariant mode, a row's bits may not depend on how many rows share its GEMM: a
 // server's round holds 18 read rows per QuALITY request in the last layer and 6,260 token rows
@@ -213,6 +215,41 @@ INSTANTIATE_TEST_SUITE_P(ModelShapes, CudaGemmInvariance, ::testing::ValuesIn(kM
                          [](const auto& info) {
                            return cat("N", info.param.N, "_K", info.param.K);
                          });
+
+// The fused SwiGLU GEMM (kernels::swiglu_gemm, the MLP of the 0.8B model) has no plans to pin: a
+// row's bits may depend neither on how many rows share the GEMM nor on the tile (and CTA of the
+// cluster) its row lands in. The first rows are the same at every row count and appear again
+// at rows 5,056-5,073 (tile 39: the other CTA of a row pair and the other warpgroup than rows
+// 0-17 in tile 0).
+TEST_F(CudaSwigluInvariance, RowsIgnoreTheRowCountAndTheirPlace) {
+  constexpr int64_t N = 3584, K = 1024, kMax = 25040, kFirst = 18, kAgain = 5056;
+  std::mt19937 gen{std::random_device{}()};
+  std::unique_ptr<Ops> ops = make_cuda_ops(0, /*batch_invariant=*/true);
+  std::vector<float> xs = rounded_bf16(random_floats(gen, kMax * K, -1, 1));
+  std::copy(xs.begin(), xs.begin() + kFirst * K, xs.begin() + kAgain * K);
+  const View x = ops->alloc(kMax, K), wg = ops->alloc(N, K), wu = ops->alloc(N, K),
+             out = ops->alloc(kMax, N);
+  ops->upload(x, xs.data());
+  ops->upload(wg, rounded_bf16(random_floats(gen, N * K, -0.06, 0.06)).data());
+  ops->upload(wu, rounded_bf16(random_floats(gen, N * K, -0.06, 0.06)).data());
+  ASSERT_TRUE(kernels::swiglu_gemm_supported(x.data, wg.data, wu.data, out.data, N, K));
+  const std::vector<float> nan(size_t(kMax * N), std::numeric_limits<float>::quiet_NaN());
+  auto rows = [&](int64_t M, int64_t from) {  // out rows [from, from + kFirst) of M rows
+    ops->upload(out, nan.data());
+    ops->swiglu(x.first_rows(M), wg, wu, out.first_rows(M));
+    Vec all(size_t(M * N));
+    ops->download(out.first_rows(M), all.data());
+    return Vec(all.begin() + from * N, all.begin() + std::min(M, from + kFirst) * N);
+  };
+  const Vec first = rows(kMax, 0);
+  ASSERT_TRUE(all_finite(first)) << "rows not written";
+  expect_exact("swiglu", rows(kMax, kAgain), first, cat("rows ", kAgain, "+ against rows 0+"));
+  for (const int64_t M : {int64_t(1), kFirst, int64_t(72), int64_t(129), int64_t(6325)}) {
+    const Vec got = rows(M, 0);
+    expect_exact("swiglu", got, Vec(first.begin(), first.begin() + int64_t(got.size())),
+                 cat(M, " rows against ", kMax));
+  }
+}
 
 }  // namespace
 }  // namespace flide::test

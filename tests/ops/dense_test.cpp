@@ -1,4 +1,4 @@
-// Token-wise ops against float64 loops: embed, rmsnorm, matmul, matmul_add, silu_mul,
+// Token-wise ops against float64 loops: embed, rmsnorm, matmul, matmul_add, silu_mul, swiglu,
 // sigmoid_mul, gather_rows; f32 and f64 backends over a grid of odd shapes.
 #include <cmath>
 #include <random>
@@ -83,6 +83,27 @@ TEST_P(DenseTest, SiluMul) {
     for (size_t i = 0; i < g.size(); ++i) ref[i] = g[i] * sigmoid_ref(g[i]) * u[i];
     expect_close("silu_mul", dtype(), dev.get(out), ref, tol(dtype()));
   }
+}
+
+TEST_P(DenseTest, Swiglu) {  // Ops' default: the two products, then silu_mul
+  auto gen = rng(11);
+  const int64_t K = C(), N = 5;
+  const auto x = random_floats(gen, R() * K, -1, 1);
+  const auto wg = random_floats(gen, N * K, -1, 1), wu = random_floats(gen, N * K, -1, 1);
+  Device dev(dtype());
+  View out = dev.poison(R(), N);
+  dev.ops().swiglu(dev.put(R(), K, x), dev.put(N, K, wg), dev.put(N, K, wu), out);
+  Vec ref(size_t(R() * N));
+  for (int64_t r = 0; r < R(); ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      double g = 0, u = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        g += double(x[r * K + k]) * wg[n * K + k];
+        u += double(x[r * K + k]) * wu[n * K + k];
+      }
+      ref[r * N + n] = g * sigmoid_ref(g) * u;
+    }
+  expect_close("swiglu", dtype(), dev.get(out), ref, tol(dtype()));
 }
 
 TEST_P(DenseTest, SigmoidMul) {

@@ -97,6 +97,27 @@ void CudaOps::silu_mul(View gate, View up, View out) {
   launched(kernels::silu_mul(gp, up_p, op, out.size(), stream_), "silu_mul");
 }
 
+// One GEMM (kernels::swiglu_gemm) where the kernel takes the shape, else Ops' three steps. The
+// fused kernel is batch-invariant by construction (a row's sums do not depend on M), so it needs
+// no pinned plan.
+void CudaOps::swiglu(View x, View w_gate, View w_up, View out) {
+  FLIDE_CHECK(x.cols == w_gate.cols && w_up.rows == w_gate.rows && w_up.cols == w_gate.cols &&
+                  out.rows == x.rows && out.cols == w_gate.rows,
+              "cuda swiglu: x [", x.rows, ", ", x.cols, "] w_gate [", w_gate.rows, ", ",
+              w_gate.cols, "] w_up [", w_up.rows, ", ", w_up.cols, "] out [", out.rows, ", ",
+              out.cols, "]");
+  const bf16* xp = as_bf16(x, "swiglu", "x");
+  const bf16* gp = as_bf16(w_gate, "swiglu", "w_gate");
+  const bf16* up_p = as_bf16(w_up, "swiglu", "w_up");
+  bf16* op = as_bf16(out, "swiglu", "out");
+  const int64_t M = x.rows, N = w_gate.rows, K = x.cols;
+  if (K == 0 || !kernels::swiglu_gemm_supported(xp, gp, up_p, op, N, K))
+    return Ops::swiglu(x, w_gate, w_up, out);
+  if (M == 0 || N == 0) return;
+  if (!op_begin_shaped({x, w_gate, w_up, out}, {}, M, 2 * N, K)) return;
+  launched(kernels::swiglu_gemm(xp, gp, up_p, op, M, N, K, stream_), "swiglu");
+}
+
 void CudaOps::sigmoid_mul(View x, View gate) {
   FLIDE_CHECK(x.size() == gate.size(), "cuda sigmoid_mul: x ", x.size(), " gate ", gate.size());
   bf16* xp = as_bf16(x, "sigmoid_mul", "x");

@@ -89,6 +89,7 @@ class CudaOps final : public Ops {
   void matmul(View x, View w, View out) override;
   void matmul_add(View x, View w, View acc) override;
   void silu_mul(View gate, View up, View out) override;
+  void swiglu(View x, View w_gate, View w_up, View out) override;
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
 
