@@ -25,9 +25,10 @@
 // Measured against cuBLASLt's pair of products and silu_mul (bench/swiglu_gemm.cu,
 // bench/results/2026-11-30-swiglu-gemm.md): bitwise the same outputs on the H200, 11% less time
 // at full clock and 9% at the power limit for a round of 4 QuALITY requests. What it took: the
-// clusters' shared weight copies (3% less time at the power limit than one CTA alone), the
-// bulk-store epilogue (10% less than one 4-byte store a thread and column pair), m64n128k16
-// products (an m64n256k16 over gate and up together was slower).
+// clusters' shared weight copies (3% less time at the power limit than CTAs alone), the
+// bulk-store epilogue (with a 4-byte store a thread and column pair instead, the kernel was 8%
+// slower than the unfused path at full clock) and m64n128k16 products (one m64n256k16 over gate
+// and up together was slower).
 #include <cuda.h>
 
 #include <cstring>

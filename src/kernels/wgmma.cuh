@@ -1,6 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) for bf16 operands with fp32 accumulators: shared-memory
-// matrix descriptors for the 128-byte-swizzled layout, and m64n64k16 with A from shared memory
-// or from registers. A warpgroup is 4 consecutive warps; all 128 threads issue each call.
+// matrix descriptors for the 128-byte-swizzled layout (the layout TMA's 128-byte swizzle writes
+// for 64-column boxes), m64n64k16 with A from shared memory or from registers, and m64n128k16
+// from shared memory. A warpgroup is 4 consecutive warps; all 128 threads issue each call.
 //
 // Layout (both operands, and both "K-major" and "MN-major" reads of it): a tile is cut into
 // column chunks of 64 bf16 (128 bytes); chunk c holds rows 0.. of its 64 columns, 128 bytes per
