@@ -241,20 +241,25 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-// The driver's cuTensorMapEncodeTiled, found through the runtime (no link against libcuda).
+// The driver's cuTensorMapEncodeTiled, found through the runtime (no link against libcuda), once
+// per process (a static's initialisation is thread-safe: backends of several devices may ask at
+// once).
 cudaError_t encoder(EncodeTiled& fn) {
-  static EncodeTiled cached = nullptr;
-  if (!cached) {
+  struct Found {
+    cudaError_t err;
+    EncodeTiled fn;
+  };
+  static const Found found = [] {
     void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
+    cudaDriverEntryPointQueryResult result{};
     const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                             cudaEnableDefault, &found);
-    if (err != cudaSuccess) return err;
-    if (found != cudaDriverEntryPointSuccess || !p) return cudaErrorNotSupported;
-    cached = reinterpret_cast<EncodeTiled>(p);
-  }
-  fn = cached;
-  return cudaSuccess;
+                                                             cudaEnableDefault, &result);
+    if (err != cudaSuccess) return Found{err, nullptr};
+    if (result != cudaDriverEntryPointSuccess || !p) return Found{cudaErrorNotSupported, nullptr};
+    return Found{cudaSuccess, reinterpret_cast<EncodeTiled>(p)};
+  }();
+  fn = found.fn;
+  return found.err;
 }
 
 // A row-major [rows, cols] bf16 matrix read in [128][64] boxes, 128-byte swizzled.
