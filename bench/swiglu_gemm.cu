@@ -194,9 +194,11 @@ int main(int argc, char** argv) {
             std::max(err_unfused, std::fabs(to_float(hr[size_t(r) * N + n]) - y[n]) / peak);
       }
     }
-    // Three bf16 roundings (gate, up, the product), each 2^-9 of the value, and silu's slope
-    // (up to 1.1) on the gate's: about 6e-3 of an element at worst; 1.2e-2 leaves a factor 2.
-    const bool good = nonfinite == 0 && err_fused < 1.2e-2;
+    // Three bf16 roundings (gate, up, the product), each 2^-9 of its value, with silu's slope on
+    // the gate's and |gate| |up| reaching past the row's largest output: 7-9e-3 of the row's peak
+    // measured for both paths. The fused path may not be worse than the unfused one by more than a
+    // quarter, nor than 1.2e-2.
+    const bool good = nonfinite == 0 && err_fused < 1.2e-2 && err_fused <= 1.25 * err_unfused;
     all_ok = all_ok && good;
     std::printf(
         "M %d N %d K %d: bitwise equal %.4f, non-finite %zu, max error vs float64 (of row peak): "

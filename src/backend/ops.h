@@ -16,6 +16,7 @@
 
 #include "backend/stream.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace flide {
 
@@ -122,9 +123,11 @@ class Ops {
   // out = silu(gate) * up; out may alias gate or up
   virtual void silu_mul(View gate, View up, View out) = 0;
   // out[R, N] = silu(x . w_gate^T) * (x . w_up^T), the MLP's SwiGLU on x [R, K], w_gate and w_up
-  // [N, K]. By default the two products and silu_mul, the up product in scratch; a backend may
-  // fuse them (CUDA: one GEMM that writes only out), rounding as these steps do.
+  // [N, K]; out may not share memory with x (the products read x after out is written). By
+  // default the two products and silu_mul, the up product in scratch; a backend may fuse them
+  // (CUDA: one GEMM that writes only out), rounding as these steps do.
   virtual void swiglu(View x, View w_gate, View w_up, View out) {
+    FLIDE_CHECK(!overlaps(x, out), "swiglu: out shares memory with x");
     View up = scratch(out.rows, out.cols);
     matmul(x, w_gate, out);
     matmul(x, w_up, up);

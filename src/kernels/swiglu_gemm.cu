@@ -24,12 +24,13 @@
 //
 // Measured against cuBLASLt's pair of products and silu_mul (bench/swiglu_gemm.cu,
 // bench/results/2026-11-30-swiglu-gemm.md): bitwise the same outputs on the H200, 11% less time
-// at full clock and 9% at the power limit for a round of 4 QuALITY requests. What it took: the
-// clusters' shared weight copies (3% less time at the power limit than CTAs alone), the
-// bulk-store epilogue (with a 4-byte store a thread and column pair instead, the kernel was 8%
-// slower than the unfused path at full clock) and m64n128k16 products (one m64n256k16 over gate
-// and up together was slower).
+// at full clock and 9% at the power limit for a round of 4 QuALITY requests. What it took,
+// measured on the way there with an epilogue of one 4-byte store a thread and column pair: the
+// clusters' shared weight copies (3% less time at the power limit than CTAs alone) and
+// m64n128k16 products (one m64n256k16 over gate and up together was slower); then the bulk-store
+// epilogue (that version had been 8% slower than the unfused path at full clock).
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <cstring>
 
@@ -43,16 +44,20 @@ namespace flide::kernels {
 namespace {
 
 constexpr int kTileM = 128, kTileN = 128, kBlockK = 64, kStages = 4, kCluster = 2;
-constexpr int kThreads = 384;                     // copier warpgroup + two consumer warpgroups
+// Every tile in shared memory (x's, each weight's, each half of the output's) is 128 rows of one
+// 64-column, 128-byte-swizzled chunk: one box shape for every tensor map.
+static_assert(kTileM == kTileN && kBlockK * 2 == 128, "one [128][64] bf16 box for every tile");
+constexpr int kThreads = 384;  // copier warpgroup + two consumer warpgroups
+constexpr int kConsumerThreads = kThreads - 128, kConsumerWarps = kConsumerThreads / 32;
 constexpr uint32_t kTileBytes = kTileM * 128;     // one [128][64] bf16 tile: 16 KB
 constexpr uint32_t kStageBytes = 3 * kTileBytes;  // x, gate weight, up weight
 constexpr uint32_t kOutBytes = 2 * kTileBytes;    // the output tile, two [128][64] boxes
-constexpr int kConsumerWarps = 8, kConsumerThreads = 256;
 constexpr size_t kSmemBytes =
     1024 + kStages * kStageBytes + kOutBytes + 2 * kStages * sizeof(uint64_t);
-// Both weights (2 N K bf16) up to this size stay in L2 beside the x row strips in flight; above
-// it (the 4B model's 94 MB) each row strip streams them from memory again, and cuBLASLt's pair of
-// products ran faster at full clock (bench/results/2026-11-30-swiglu-gemm.md).
+// Both weights (2 N K bf16) up to this size stay in L2 beside the x row strips in flight. Larger
+// ones (the 4B model's 94 MB) would stream from memory for every row strip in row-major order;
+// a grouped order beat cuBLASLt there (bench/results/2026-11-30-swiglu-gemm.md, call 9) but has
+// not run through the GPU tests yet, so those shapes stay on the unfused path.
 constexpr int64_t kMaxWeightBytes = int64_t(24) << 20;
 
 __device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
@@ -236,10 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   cluster_sync();
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
 
 // The driver's cuTensorMapEncodeTiled, found through the runtime (no link against libcuda), once
 // per process (a static's initialisation is thread-safe: backends of several devices may ask at
@@ -290,7 +292,9 @@ bool swiglu_gemm_supported(const void* x, const void* w_gate, const void* w_up, 
 cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf16* out, int64_t M,
                         int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
-  if (!swiglu_gemm_supported(x, w_gate, w_up, out, N, K) || K == 0 || M > INT32_MAX)
+  // The kernel's row arithmetic is int: M plus a tile pair must fit.
+  if (!swiglu_gemm_supported(x, w_gate, w_up, out, N, K) || K == 0 ||
+      M > INT32_MAX - kCluster * kTileM)
     return cudaErrorInvalidValue;
   CUtensorMap map_x, map_gate, map_up, map_out;
   cudaError_t err = tile_map(map_x, x, M, K);

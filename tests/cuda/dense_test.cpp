@@ -175,8 +175,9 @@ TEST_F(CudaDense, MatmulWithEmptyInnerDimensionIsZero) {
 class CudaSwiglu : public CudaTestWithParam<MatmulShape> {};
 
 // The fused GEMM where it takes the shape (N a multiple of 128, K of 8, 16-byte aligned rows),
-// Ops' three steps elsewhere; the test says which ran. Three bf16 roundings (gate, up, the
-// product) against the float64 reference: about 3.5e-3 relative RMS, under kTolBf16.
+// Ops' three steps elsewhere; the test checks which one the dispatch rule picks. Three bf16
+// roundings (gate, up, the product) against the float64 reference: about 3.5e-3 relative RMS,
+// under kTolBf16.
 TEST_P(CudaSwiglu, MatchesReference) {
   const auto [M, N, K] = GetParam();
   std::mt19937 gen{std::random_device{}()};
@@ -201,7 +202,10 @@ TEST_P(CudaSwiglu, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaSwiglu,
                          ::testing::Values(MatmulShape{1, 128, 64}, MatmulShape{130, 256, 200},
                                            MatmulShape{257, 384, 72}, MatmulShape{1000, 128, 8},
-                                           MatmulShape{300, 3584, 1024}, MatmulShape{7, 96, 40},
+                                           MatmulShape{300, 3584, 1024},
+                                           // 120 tile pairs for ~66 clusters: several tiles a
+                                           // CTA, each starting mid-ring (3 k-blocks, 4 stages)
+                                           MatmulShape{3000, 1280, 136}, MatmulShape{7, 96, 40},
                                            MatmulShape{37, 130, 29}, MatmulShape{5, 256, 36}),
                          [](const auto& info) {
                            return cat(info.param.M, "x", info.param.N, "x", info.param.K);

@@ -106,6 +106,7 @@ void CudaOps::swiglu(View x, View w_gate, View w_up, View out) {
               "cuda swiglu: x [", x.rows, ", ", x.cols, "] w_gate [", w_gate.rows, ", ",
               w_gate.cols, "] w_up [", w_up.rows, ", ", w_up.cols, "] out [", out.rows, ", ",
               out.cols, "]");
+  FLIDE_CHECK(!overlaps(x, out), "cuda swiglu: out shares memory with x");
   const bf16* xp = as_bf16(x, "swiglu", "x");
   const bf16* gp = as_bf16(w_gate, "swiglu", "w_gate");
   const bf16* up_p = as_bf16(w_up, "swiglu", "w_up");
