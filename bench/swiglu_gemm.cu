@@ -8,94 +8,23 @@
 //      with --sustain S, each path back to back for S seconds with the second half timed (a GPU
 //      held at its power limit, as a loaded server is).
 // A diagnostic, not part of the build:
-//   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O2 --use_fast_math -Isrc
-//   bench/swiglu_gemm.cu \
-//     src/kernels/swiglu_gemm.cu src/kernels/elementwise.cu -lcublasLt -o /tmp/swiglu_gemm
+//   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O2 --use_fast_math -Isrc \
+//     bench/swiglu_gemm.cu src/kernels/swiglu_gemm.cu src/kernels/elementwise.cu -lcublasLt \
+//     -o /tmp/swiglu_gemm
 //   /tmp/swiglu_gemm [--sustain S] [--n N] [--k K] [M ...]   (default M: 72 6260 25040 50080,
 //                                      the last layer's read rows and rounds of 1, 4, 8 requests)
-#include <cublasLt.h>
-#include <cuda_bf16.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "bench_cuda.cuh"
 #include "kernels/dense.h"
 
-namespace {
-
+using flide::bench::ok;
 using flide::kernels::bf16;
-constexpr size_t kWorkspace = size_t(32) << 20;
-
-bool ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  return e == cudaSuccess;
-}
-bool ok(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    std::fprintf(stderr, "%s: %s\n", what, cublasLtGetStatusString(s));
-  return s == CUBLAS_STATUS_SUCCESS;
-}
-
-// Uniform bf16 values in [-scale, scale) from a hash of the index and the seed.
-__global__ void fill(bf16* p, size_t n, unsigned seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    unsigned h = unsigned(i) * 2654435761u ^ seed * 0x9e3779b9u;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16((float(h & 0xffff) / 32768.f - 1.f) * scale);
-  }
-}
-
-float to_float(bf16 v) {
-  uint16_t bits;
-  std::memcpy(&bits, &v, 2);
-  const uint32_t w = uint32_t(bits) << 16;
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
-
-// One cuBLASLt plan for out [M, N] = x [M, K] . w [N, K]^T, bf16 in and out (gemm.cpp's layout).
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool make(cublasLtHandle_t lt, int m, int n, int k) {
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const uint64_t ws = kWorkspace;
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulHeuristicResult_t r{};
-    int found = 0;
-    const bool made =
-        ok(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc") &&
-        ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
-           "transa") &&
-        ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
-           "transb") &&
-        ok(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k), "A") &&
-        ok(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k), "B") &&
-        ok(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n), "C") &&
-        ok(cublasLtMatmulPreferenceCreate(&pref), "preference") &&
-        ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                sizeof ws),
-           "workspace") &&
-        ok(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &r, &found),
-           "heuristic") &&
-        found > 0;
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    algo = r.algo;
-    return made;
-  }
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> rows;
@@ -117,7 +46,6 @@ int main(int argc, char** argv) {
   bf16 *x = nullptr, *wg = nullptr, *wu = nullptr, *gate = nullptr, *up = nullptr, *ref = nullptr,
        *fused = nullptr;
   void* workspace = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
   if (!ok(cublasLtCreate(&lt), "cublasLtCreate") ||
       !ok(cudaMalloc(&x, max_m * K * 2), "cudaMalloc") ||
       !ok(cudaMalloc(&wg, size_t(N) * K * 2), "cudaMalloc") ||
@@ -126,14 +54,13 @@ int main(int argc, char** argv) {
       !ok(cudaMalloc(&up, max_m * N * 2), "cudaMalloc") ||
       !ok(cudaMalloc(&ref, max_m * N * 2), "cudaMalloc") ||
       !ok(cudaMalloc(&fused, max_m * N * 2), "cudaMalloc") ||
-      !ok(cudaMalloc(&workspace, kWorkspace), "cudaMalloc") ||
-      !ok(cudaEventCreate(&start), "cudaEventCreate") ||
-      !ok(cudaEventCreate(&stop), "cudaEventCreate"))
+      !ok(cudaMalloc(&workspace, flide::bench::kWorkspace), "cudaMalloc"))
     return 1;
   const float w_scale = 1.f / std::sqrt(float(K));  // gate and up of order 1: silu's curved part
-  fill<<<1024, 256>>>(x, max_m * K, 11, 1.f);
-  fill<<<1024, 256>>>(wg, size_t(N) * K, 12, 1.7f * w_scale);
-  fill<<<1024, 256>>>(wu, size_t(N) * K, 13, 1.7f * w_scale);
+  flide::bench::fill<<<1024, 256>>>(x, max_m * K, 11, 1.f);
+  flide::bench::fill<<<1024, 256>>>(wg, size_t(N) * K, 12, 1.7f * w_scale);
+  flide::bench::fill<<<1024, 256>>>(wu, size_t(N) * K, 13, 1.7f * w_scale);
+  flide::bench::Timer timer;
 
   if (!flide::kernels::swiglu_gemm_supported(x, wg, wu, fused, N, K)) {
     std::printf("N %d K %d: the fused kernel does not take this shape (swiglu_gemm_supported)\n", N,
@@ -142,14 +69,11 @@ int main(int argc, char** argv) {
   }
   bool all_ok = true;
   for (const int m : rows) {
-    Plan plan;
-    if (!plan.make(lt, m, N, K)) return 1;
-    const float alpha = 1.f, beta = 0.f;
+    flide::bench::LtGemm plan;  // the heuristic's first algorithm, as gemm.cpp runs
+    if (!plan.make(lt, m, N, K, 1)) return 1;
     auto unfused = [&] {
-      cublasLtMatmul(lt, plan.desc, &alpha, wg, plan.a, x, plan.b, &beta, gate, plan.c, gate,
-                     plan.c, &plan.algo, workspace, kWorkspace, nullptr);
-      cublasLtMatmul(lt, plan.desc, &alpha, wu, plan.a, x, plan.b, &beta, up, plan.c, up, plan.c,
-                     &plan.algo, workspace, kWorkspace, nullptr);
+      plan.run(lt, 0, x, wg, gate, 0.f, workspace);
+      plan.run(lt, 0, x, wu, up, 0.f, workspace);
       flide::kernels::silu_mul(gate, up, ref, int64_t(m) * N, nullptr);
     };
     auto fuse = [&] { flide::kernels::swiglu_gemm(x, wg, wu, fused, m, N, K, nullptr); };
@@ -171,7 +95,7 @@ int main(int argc, char** argv) {
     size_t equal = 0, nonfinite = 0;
     for (size_t i = 0; i < hr.size(); ++i) {
       equal += std::memcmp(&hr[i], &hf[i], 2) == 0;
-      nonfinite += !std::isfinite(to_float(hf[i]));
+      nonfinite += !std::isfinite(__bfloat162float(hf[i]));
     }
     double err_fused = 0, err_unfused = 0;
     for (int s = 0; s < 64; ++s) {
@@ -181,17 +105,17 @@ int main(int argc, char** argv) {
       for (int n = 0; n < N; ++n) {
         double a = 0, b = 0;
         for (int k = 0; k < K; ++k) {
-          const double xv = to_float(hx[size_t(r) * K + k]);
-          a += xv * to_float(hg[size_t(n) * K + k]);
-          b += xv * to_float(hu[size_t(n) * K + k]);
+          const double xv = __bfloat162float(hx[size_t(r) * K + k]);
+          a += xv * __bfloat162float(hg[size_t(n) * K + k]);
+          b += xv * __bfloat162float(hu[size_t(n) * K + k]);
         }
         y[n] = a / (1 + std::exp(-a)) * b;
         peak = std::max(peak, std::fabs(y[n]));
       }
       for (int n = 0; n < N; ++n) {
-        err_fused = std::max(err_fused, std::fabs(to_float(hf[size_t(r) * N + n]) - y[n]) / peak);
+        err_fused = std::max(err_fused, std::fabs(__bfloat162float(hf[size_t(r) * N + n]) - y[n]) / peak);
         err_unfused =
-            std::max(err_unfused, std::fabs(to_float(hr[size_t(r) * N + n]) - y[n]) / peak);
+            std::max(err_unfused, std::fabs(__bfloat162float(hr[size_t(r) * N + n]) - y[n]) / peak);
       }
     }
     // Three bf16 roundings (gate, up, the product), each 2^-9 of its value, with silu's slope on
@@ -207,42 +131,15 @@ int main(int argc, char** argv) {
         good ? "ok" : "FAIL");
 
     // 2. Time.
-    constexpr int kRuns = 20;
-    auto time_runs = [&](auto&& run) {
-      cudaEventRecord(start);
-      for (int r = 0; r < kRuns; ++r) run();
-      cudaEventRecord(stop);
-      cudaEventSynchronize(stop);
-      float ms = 0.f;
-      cudaEventElapsedTime(&ms, start, stop);
-      return double(ms) / kRuns;
-    };
-    auto burst = [&](auto&& run) {
-      for (int r = 0; r < 3; ++r) run();
-      double best = 1e30;
-      for (int t = 0; t < 3; ++t) best = std::min(best, time_runs(run));
-      return best;
-    };
-    auto sustained = [&](auto&& run) {
-      using Clock = std::chrono::steady_clock;
-      const Clock::time_point t0 = Clock::now();
-      double sum = 0;
-      int n = 0;
-      for (double e = 0; e < sustain_s;
-           e = std::chrono::duration<double>(Clock::now() - t0).count()) {
-        const double ms = time_runs(run);
-        if (e >= sustain_s / 2) sum += ms, ++n;
-      }
-      return n > 0 ? sum / n : 0.0;
-    };
     const double flop = 4.0 * m * N * K;
     auto report = [&](const char* how, double u, double f) {
       std::printf(
           "  %-10s unfused %8.1f us (%5.1f TFLOP/s)  fused %8.1f us (%5.1f TFLOP/s)  %+.1f%%\n",
           how, u * 1e3, flop / u / 1e9, f * 1e3, flop / f / 1e9, (f / u - 1) * 100);
     };
-    report("burst:", burst(unfused), burst(fuse));
-    if (sustain_s > 0) report("sustained:", sustained(unfused), sustained(fuse));
+    report("burst:", timer.ms_per_run(unfused, 0), timer.ms_per_run(fuse, 0));
+    if (sustain_s > 0)
+      report("sustained:", timer.ms_per_run(unfused, sustain_s), timer.ms_per_run(fuse, sustain_s));
     std::fflush(stdout);
   }
   if (!ok(cudaGetLastError(), "run")) return 1;
