@@ -151,7 +151,6 @@ struct Executor::Round {
   std::vector<PendingReadout> pending;  // none: nothing to read, nothing was run
   int64_t real_tokens = 0;
   int64_t padding = 0;
-  int64_t n_full_out = 0;
 };
 
 Executor::Executor(Model& model, RoundPolicy policy) : model_(model), policy_(policy) {}
@@ -203,7 +202,6 @@ void Executor::submit_valid(std::vector<const Tree*> trees, ExecMode mode) {
       if (const auto cap = capacity_for(stream, policy_.max_bucket_tokens))
         stream = pad_stream(stream, *cap);
     round->padding = stream.n_tokens() - round->real_tokens;
-    round->n_full_out = stream.n_full_out;
     model_.submit(stream);
   }
   in_flight_.push_back(std::move(round));
@@ -225,7 +223,7 @@ std::vector<TreeResult> Executor::collect(RunStats* stats) {
     stats->rounds += 1;
   }
   const int64_t vocab = model_.info().vocab_size;
-  std::vector<double> lse_cache(size_t(round->n_full_out),
+  std::vector<double> lse_cache(logits.full.size() / size_t(vocab),  // one per full row
                                 std::numeric_limits<double>::quiet_NaN());
   for (const PendingReadout& r : round->pending)
     results[r.tree].nodes[r.node] = compose(*round->trees[r.tree], r, logits, vocab, lse_cache);

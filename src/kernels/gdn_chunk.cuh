@@ -36,7 +36,6 @@ using detail::cp_async_commit;
 using detail::cp_async_wait;
 using detail::ldsm_x2;
 using detail::ldsm_x4;
-using detail::ldsm_x4_trans;
 using detail::mma_bf16;
 using detail::pack_bf16;
 using detail::smem_u32;

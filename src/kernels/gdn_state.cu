@@ -58,6 +58,10 @@ constexpr int kLdV = kCols + 8;                   // bf16: 36 words a row, 4 mod
 constexpr int kLdOut = kCols + 8;                 // the same for the output tile
 constexpr uint32_t kKeyChunk = kChunk * 128;      // bytes of 64 keys of q or K (one swizzle chunk)
 constexpr int kComputeBarrier = 1;                // named barrier of the computing warpgroup alone
+static_assert(kBlockThreads == kThreads, "launch_with_smem launches kThreads a block");
+// Blocks a head's value columns take, kCols each.
+template <int DV>
+constexpr int kHalves = (DV + kCols - 1) / kCols;
 
 constexpr uint32_t kStT = 0;
 constexpr uint32_t kStP = kStT + kChunk * kChunk * 2;
@@ -125,7 +129,6 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
                      float scale, TreeMeta meta) {
   static_assert(DK <= kD && DV <= kD, "a head fits the tiles");
   using D = Dims<DK, DV>;
-  constexpr int kHalves = (DV + kCols - 1) / kCols;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   const int64_t state_ld = int64_t(heads_v) * DK * DV, out_ld = int64_t(heads_v) * DV;
   const int group = heads_v / heads_k;
   const int nb = meta.level_begin[level], ne = meta.level_begin[level + 1];
-  const int items = (ne - nb) * heads_v * kHalves;
+  const int items = (ne - nb) * heads_v * kHalves<DV>;
   // Element e of an accumulator tile: row value_col(e) of the block's columns, column
   // tile_col(t, e) of tile t (a key, or a chunk row).
   const int value_col0 = 16 * warp + g8;
@@ -167,8 +170,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   }
 
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int head = (item / kHalves) % heads_v, node = nb + item / kHalves / heads_v;
-    const int kh = head / group, v0 = item % kHalves * kCols, vcols = min(kCols, DV - v0);
+    const int head = (item / kHalves<DV>) % heads_v, node = nb + item / kHalves<DV> / heads_v;
+    const int kh = head / group, v0 = item % kHalves<DV> * kCols, vcols = min(kCols, DV - v0);
     const int64_t off = meta.node_offset[node];
     const int len = meta.node_length[node];
     const int slot_in = meta.node_slot_in[node], slot_out = meta.node_slot_out[node];
@@ -369,14 +372,11 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
 
 template <int DK, int DV>
 cudaError_t launch_state(const GdnArgs& a) {
-  constexpr auto kernel = gdn_state_kernel<DK, DV>;
-  const cudaError_t err = detail::raise_smem_limit<kernel, kSmemBytes>();
-  if (err != cudaSuccess) return err;
-  const int blocks = stride_grid(
-      int64_t(a.meta.max_level_nodes) * a.heads_v * ((DV + kCols - 1) / kCols), a.sms, 1);
-  kernel<<<blocks, kBlockThreads, kSmemBytes, a.stream>>>(
-      a.q, a.k, a.v, a.beta, a.state, a.out, a.ws, a.heads_k, a.heads_v, a.level, a.scale, a.meta);
-  return cudaGetLastError();
+  const int blocks =
+      stride_grid(int64_t(a.meta.max_level_nodes) * a.heads_v * kHalves<DV>, a.sms, 1);
+  return launch_with_smem<gdn_state_kernel<DK, DV>, kSmemBytes>(
+      blocks, a.stream, a.q, a.k, a.v, a.beta, a.state, a.out, a.ws, a.heads_k, a.heads_v, a.level,
+      a.scale, a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_state<DK, DV>(const GdnArgs&);

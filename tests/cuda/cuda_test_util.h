@@ -151,6 +151,12 @@ inline void expect_exact(const std::string& op, const Vec& got, const Vec& ref,
   record(op + " (exact)", at == -1 ? 0.0 : std::numeric_limits<double>::infinity(), 0.0);
 }
 
+// Rows [r, rows) of v: the same memory (a view at an offset, e.g. a badly aligned one).
+inline View rows_from(const View& v, int64_t r) {
+  return View{static_cast<char*>(v.data) + size_t(r * v.cols) * dtype_size(v.dtype), v.rows - r,
+              v.cols, v.dtype};
+}
+
 // The two backends with the same data on both.
 class Pair {
  public:
@@ -162,13 +168,7 @@ class Pair {
     View gpu, cpu;
     Buf reshaped(int64_t cols) const { return {gpu.reshaped(cols), cpu.reshaped(cols)}; }
     // Rows [r, rows) of the same memory (for views at an offset, e.g. badly aligned ones).
-    Buf rows_from(int64_t r) const {
-      auto shift = [&](const View& v) {
-        return View{static_cast<char*>(v.data) + size_t(r * v.cols) * dtype_size(v.dtype),
-                    v.rows - r, v.cols, v.dtype};
-      };
-      return {shift(gpu), shift(cpu)};
-    }
+    Buf rows_from(int64_t r) const { return {test::rows_from(gpu, r), test::rows_from(cpu, r)}; }
   };
   struct Side {
     bool gpu;

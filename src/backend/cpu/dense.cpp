@@ -44,7 +44,7 @@ void blas_gemm(const double* x, const double* w, double* out, int64_t M, int64_t
 // pairwise, then the tail: the same order for every call with this K.
 template <typename T>
 T fixed_order_dot(const T* a, const T* b, int64_t K) {
-  constexpr int64_t kLanes = 8;
+  constexpr int64_t kLanes = 8;  // the pairwise sum at the end adds exactly these 8
   T acc[kLanes] = {};
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes)

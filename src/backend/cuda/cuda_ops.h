@@ -2,21 +2,23 @@
 // inside every kernel and GEMM, fp32 recurrent state, gates and logits (scratch_f32). Each op
 // checks its views' dtypes and shapes on the host and hands raw pointers to a launcher of
 // src/kernels/ (STYLE.md #4); GEMMs go through cuBLASLt. Everything runs in order on one
-// non-blocking stream that the backend owns; only download() and synchronize() wait for it.
+// non-blocking stream that the backend owns; only download(), synchronize(), fetch() (a
+// download_async's readback) and wait_tail() wait for it.
 // The class is declared here and its members are spread over a few files by area:
 //   memory.cpp         construction, make_cuda_ops, the persistent and scratch arenas, host
 //                      transfers (pinned staging), describe()
 //   stream_upload.cpp  set_stream: validates the round's Stream, uploads its arrays and builds
 //                      the two tree-attention plans (Rows_all, Rows_out) in one pinned copy
 //   gemm.cpp           matmul, matmul_add (cuBLASLt, descriptors and heuristics cached per shape)
-//   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace)
+//   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace); swiglu
+//                      runs the fused GEMM where it takes the shape
 //   profiler.cpp       set_profiling / profile_report: per-op GPU time (profiler.h)
 //   graphs.cpp         set_graphs: one CUDA graph per capacity bucket of padded rounds
 //
 // Errors: a launch that fails throws flide::Error naming the op and cudaGetErrorString. Kernel
-// faults are asynchronous and surface at the next download()/synchronize(); set the environment
-// variable FLIDE_CUDA_SYNC_CHECK=1 (always on in builds without NDEBUG) to synchronize after
-// every op, so that the error names the op that faulted. The sync check must stay off under
+// faults are asynchronous and surface at the next download(), synchronize() or fetch(); set the
+// environment variable FLIDE_CUDA_SYNC_CHECK=1 (always on in builds without NDEBUG) to
+// synchronize after every op, so that the error names the op that faulted. The sync check must stay off under
 // CUDA-graph capture.
 //
 // CUDA graphs (graphs.cpp): with set_graphs(true), a padded round (Stream::padded) runs

@@ -14,8 +14,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
 double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return seconds_between(start, Clock::now());
 }
 
 ApiError server_error(const std::string& message) {
@@ -82,18 +85,18 @@ void EngineLoop::run() {
     std::vector<Job> jobs = next_round(/*block=*/!flight);
     if (jobs.empty() && !flight) break;  // stopping
     std::optional<Flight> next;
-    std::exception_ptr refused;  // the model refused the round as a whole (at submit)
+    std::optional<std::string> refused;  // why the model refused the round as a whole (at submit)
     if (!jobs.empty()) {
       try {
         next = launch(jobs);
-      } catch (const std::exception&) {
-        refused = std::current_exception();
+      } catch (const std::exception& e) {
+        refused = e.what();
       }
     }
     if (flight) land(*flight);
     flight.reset();
     if (refused) {
-      run_alone(jobs, refused);
+      run_alone(jobs, *refused);
     } else if (next && !overlap) {
       land(*next);
     } else {
@@ -146,14 +149,10 @@ EngineLoop::Flight EngineLoop::launch(std::vector<Job>& jobs) {
   return Flight{std::move(jobs), start};
 }
 
-void EngineLoop::run_alone(std::vector<Job>& jobs, const std::exception_ptr& refused) {
+void EngineLoop::run_alone(std::vector<Job>& jobs, const std::string& refusal) {
   if (jobs.size() == 1) {  // the request at fault
-    try {
-      std::rethrow_exception(refused);
-    } catch (const std::exception& e) {
-      jobs[0].answer.set_exception(std::make_exception_ptr(
-          server_error(cat("the model failed on this request: ", e.what()))));
-    }
+    jobs[0].answer.set_exception(
+        std::make_exception_ptr(server_error(cat("the model failed on this request: ", refusal))));
     return;
   }
   for (Job& job : jobs) {  // find the request at fault; the others still get answers
@@ -162,8 +161,8 @@ void EngineLoop::run_alone(std::vector<Job>& jobs, const std::exception_ptr& ref
     try {
       Flight flight = launch(alone);
       land(flight);
-    } catch (const std::exception&) {
-      run_alone(alone, std::current_exception());
+    } catch (const std::exception& e) {
+      run_alone(alone, e.what());
     }
   }
 }
@@ -183,8 +182,7 @@ void EngineLoop::land(Flight& flight) {
   // The round's device time: from its submission, or from the end of the round it queued
   // behind.
   const Clock::time_point done = Clock::now();
-  const double seconds =
-      std::chrono::duration<double>(done - std::max(flight.submitted, device_free_)).count();
+  const double seconds = seconds_between(std::max(flight.submitted, device_free_), done);
   device_free_ = done;
   {
     const std::lock_guard<std::mutex> lock(mutex_);

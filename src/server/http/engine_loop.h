@@ -21,6 +21,7 @@
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -81,7 +82,7 @@ class EngineLoop {
   Flight launch(std::vector<Job>& jobs);  // submits; on a throw `jobs` stay the caller's
   void land(Flight& flight);              // collects, renders and answers
   // Retries a refused round request by request (none other in flight): 500 for the one at fault.
-  void run_alone(std::vector<Job>& jobs, const std::exception_ptr& refused);
+  void run_alone(std::vector<Job>& jobs, const std::string& refusal);
   int retry_after_s() const;  // caller holds mutex_
 
   Executor executor_;
