@@ -1,11 +1,12 @@
 // Batch invariance of a whole model: a random tree run alone, then first in one round with 11
 // other random trees, forked. Both backends' suites require the two answers bit for bit in
-// batch-invariant mode.
+// batch-invariant mode (expect_same_bits, which other bitwise comparisons of results use too).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/random_trees.h"
@@ -27,11 +28,18 @@ inline AloneAndAmong run_alone_and_among(Executor& exec, std::mt19937& rng, int6
   return r;
 }
 
-inline void expect_same_bits(const AloneAndAmong& r) {
-  for (size_t n = 0; n < r.tree.nodes.size(); ++n) {
-    EXPECT_EQ(r.among.nodes[n].probs, r.alone.nodes[n].probs) << "node " << n;
-    EXPECT_EQ(r.among.nodes[n].loglik_sum, r.alone.nodes[n].loglik_sum) << "node " << n;
+// Every node's probabilities and log-likelihood, bit for bit (both results of one tree); `what`
+// names the tree in messages.
+inline void expect_same_bits(const TreeResult& got, const TreeResult& want,
+                             const std::string& what = "") {
+  for (size_t n = 0; n < got.nodes.size(); ++n) {
+    EXPECT_EQ(got.nodes[n].probs, want.nodes[n].probs) << what << " node " << n;
+    EXPECT_EQ(got.nodes[n].loglik_sum, want.nodes[n].loglik_sum) << what << " node " << n;
   }
+}
+
+inline void expect_same_bits(const AloneAndAmong& r) {
+  expect_same_bits(r.among, r.alone);
 }
 
 }  // namespace flide::test

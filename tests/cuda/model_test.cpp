@@ -195,12 +195,7 @@ TEST_P(CudaModel, SameRoundTwiceGivesIdenticalBits) {
   const auto first = exec.run(a, ExecMode::ExecMode_fork);
   exec.run(b, ExecMode::ExecMode_fork);
   const auto second = exec.run(a, ExecMode::ExecMode_fork);
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t n = 0; n < a[t].nodes.size(); ++n) {
-      EXPECT_EQ(first[t].nodes[n].probs, second[t].nodes[n].probs) << "tree " << t << " node " << n;
-      EXPECT_EQ(first[t].nodes[n].loglik_sum, second[t].nodes[n].loglik_sum)
-          << "tree " << t << " node " << n;
-    }
+  for (size_t t = 0; t < a.size(); ++t) expect_same_bits(second[t], first[t], cat("tree ", t));
 }
 
 // Rounds in flight as the engine loop runs them, with log-likelihood readouts (a second
@@ -216,12 +211,7 @@ TEST_P(CudaModel, RoundsInFlightGiveTheBitsOfRoundsRunOneByOne) {
   for (size_t r = 0; r < rounds.size(); ++r) {
     const auto one_by_one = exec.run(rounds[r], ExecMode::ExecMode_fork);
     for (size_t t = 0; t < rounds[r].size(); ++t)
-      for (size_t n = 0; n < rounds[r][t].nodes.size(); ++n) {
-        EXPECT_EQ(overlapped[r][t].nodes[n].probs, one_by_one[t].nodes[n].probs)
-            << "round " << r << " tree " << t << " node " << n;
-        EXPECT_EQ(overlapped[r][t].nodes[n].loglik_sum, one_by_one[t].nodes[n].loglik_sum)
-            << "round " << r << " tree " << t << " node " << n;
-      }
+      expect_same_bits(overlapped[r][t], one_by_one[t], cat("round ", r, " tree ", t));
   }
 }
 
