@@ -19,8 +19,13 @@
 // a ring of kStages stages, 128-byte swizzled (the layout of wgmma.cuh); warpgroups 1 and 2 each
 // own 64 of the tile's rows and run, per k16 step, m64n128k16 for gate and for up with both
 // operands read from shared memory, keeping one k-block of products in flight. The copier runs
-// ahead into the next tile while the consumers finish this one, and the output leaves through
-// bulk tensor stores that overlap the next tile's products.
+// ahead into the next tile while the consumers finish this one.
+//
+// The epilogue runs beside the next tile's products: the consumers only round gate and up to
+// bf16 into a staging tile and go on; warpgroup 0's other three warps compute SwiGLU there and
+// send the tile out with bulk tensor stores. When the consumers did the SwiGLU themselves, the
+// tensor cores idled through it: ~14% of a tile's time (the kernel ran at 626 TFLOP/s where
+// cuBLASLt's two products ran at 729). The staging tile (64 KB) leaves room for 3 stages.
 //
 // Measured against cuBLASLt's pair of products and silu_mul (bench/swiglu_gemm.cu,
 // bench/results/2026-11-30-swiglu-gemm.md): bitwise the same outputs on the H200, 11% less time
@@ -43,17 +48,19 @@
 namespace flide::kernels {
 namespace {
 
-constexpr int kTileM = 128, kTileN = 128, kBlockK = 64, kStages = 4, kCluster = 2;
+constexpr int kTileM = 128, kTileN = 128, kBlockK = 64, kStages = 3, kCluster = 2;
 // Every tile in shared memory (x's, each weight's, each half of the output's) is 128 rows of one
 // 64-column, 128-byte-swizzled chunk: one box shape for every tensor map.
 static_assert(kTileM == kTileN && kBlockK * 2 == 128, "one [128][64] bf16 box for every tile");
-constexpr int kThreads = 384;  // copier warpgroup + two consumer warpgroups
+constexpr int kThreads = 384;  // copier and epilogue warpgroup + two consumer warpgroups
 constexpr int kConsumerThreads = kThreads - 128, kConsumerWarps = kConsumerThreads / 32;
+constexpr int kEpilogueThreads = 96;              // warps 1-3 (warp 0 holds the copier)
 constexpr uint32_t kTileBytes = kTileM * 128;     // one [128][64] bf16 tile: 16 KB
 constexpr uint32_t kStageBytes = 3 * kTileBytes;  // x, gate weight, up weight
-constexpr uint32_t kOutBytes = 2 * kTileBytes;    // the output tile, two [128][64] boxes
+constexpr uint32_t kOutBytes = 2 * kTileBytes;    // a [128][128] tile, two [128][64] boxes
+constexpr uint32_t kStagedBytes = 2 * kOutBytes;  // gate (then the output), up
 constexpr size_t kSmemBytes =
-    1024 + kStages * kStageBytes + kOutBytes + 2 * kStages * sizeof(uint64_t);
+    1024 + kStages * kStageBytes + kStagedBytes + (2 * kStages + 2) * sizeof(uint64_t);
 // Both weights (2 N K bf16) up to this size stay in L2 beside the x row strips in flight. Larger
 // ones (the 4B model's 94 MB) would stream from memory for every row strip in row-major order;
 // a grouped order beat cuBLASLt there (bench/results/2026-11-30-swiglu-gemm.md, call 9) but has
@@ -90,8 +97,11 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
-__device__ __forceinline__ void consumers_sync() {  // the two consumer warpgroups
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory");
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void epilogue_sync() {  // the epilogue's three warps
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kEpilogueThreads) : "memory");
 }
 // Box (c0 = k, c1 = row) of `map` into shared memory at dst, completing on bar.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int c1,
@@ -134,8 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = detail::smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the same offset in both CTAs of the cluster
-  const uint32_t staged = base + kStages * kStageBytes;  // the output tile
-  const uint32_t full = staged + kOutBytes, empty = full + kStages * 8;
+  const uint32_t staged = base + kStages * kStageBytes;  // gate (then the output), up
+  const uint32_t full = staged + kStagedBytes, empty = full + kStages * 8;
+  const uint32_t staged_full = empty + kStages * 8, staged_empty = staged_full + 8;
   const int tid = int(threadIdx.x), wg = tid / 128;
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
@@ -148,40 +159,79 @@ __global__ void __launch_bounds__(kThreads, 1)
       bar_init(full + 8 * s, 1);
       bar_init(empty + 8 * s, kConsumerWarps * kCluster);
     }
+    bar_init(staged_full, kConsumerThreads);
+    bar_init(staged_empty, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_sync();  // barriers initialised before either CTA copies into or arrives on them
 
-  if (wg == 0) {  // the copier
-    if (tid == 0) {
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int u = first; u < units; u += stride) {
-        const int m0 = (u / tiles_n * kCluster + int(rank)) * kTileM, n0 = u % tiles_n * kTileN;
-        for (int kb = 0; kb < k_blocks; ++kb) {
-          bar_wait(empty + 8 * stage, phase ^ 1);  // the first pass finds every stage free
-          const uint32_t at = base + stage * kStageBytes, bar = full + 8 * stage;
-          // Out-of-bounds rows (and k past K) arrive as zeros and count toward the bytes too.
-          bar_expect(bar, kStageBytes);
-          tma_load(at, &map_x, kb * kBlockK, m0, bar);
-          tma_load_both(at + (1 + rank) * kTileBytes, rank == 0 ? &map_gate : &map_up, kb * kBlockK,
-                        n0, bar);
-          if (++stage == kStages) stage = 0, phase ^= 1;
-        }
-      }
-    }
-  } else {  // a consumer warpgroup: 64 rows of each tile
-    const int half = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const bool storer = tid == 128;
+  if (tid == 0) {  // the copier
     int stage = 0;
     uint32_t phase = 0;
+    for (int u = first; u < units; u += stride) {
+      const int m0 = (u / tiles_n * kCluster + int(rank)) * kTileM, n0 = u % tiles_n * kTileN;
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        bar_wait(empty + 8 * stage, phase ^ 1);  // the first pass finds every stage free
+        const uint32_t at = base + stage * kStageBytes, bar = full + 8 * stage;
+        // Out-of-bounds rows (and k past K) arrive as zeros and count toward the bytes too.
+        bar_expect(bar, kStageBytes);
+        tma_load(at, &map_x, kb * kBlockK, m0, bar);
+        tma_load_both(at + (1 + rank) * kTileBytes, rank == 0 ? &map_gate : &map_up, kb * kBlockK,
+                      n0, bar);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
+    }
+  } else if (wg == 0 && tid >= 32) {  // the epilogue: warps 1-3
+    const int e = tid - 32;
+    uint32_t parity = 0;
+    for (int u = first; u < units; u += stride, parity ^= 1) {
+      const int m0 = (u / tiles_n * kCluster + int(rank)) * kTileM, n0 = u % tiles_n * kTileN;
+      bar_wait(staged_full, parity);
+      // 16-byte units of gate and up at the same place, SwiGLU'd into gate's. The swizzle moves
+      // whole units, so the unit index is enough.
+      for (int i = e; i < int(kOutBytes / 16); i += kEpilogueThreads) {
+        const uint32_t g_at = staged + 16 * uint32_t(i), u_at = g_at + kOutBytes;
+        uint32_t gw[4], uw[4], yw[4];
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(gw[0]), "=r"(gw[1]), "=r"(gw[2]), "=r"(gw[3])
+                     : "r"(g_at));
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(uw[0]), "=r"(uw[1]), "=r"(uw[2]), "=r"(uw[3])
+                     : "r"(u_at));
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[w]));
+          const float2 uv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uw[w]));
+          const __nv_bfloat162 y = __floats2bfloat162_rn(gv.x * detail::sigmoid_fast(gv.x) * uv.x,
+                                                         gv.y * detail::sigmoid_fast(gv.y) * uv.y);
+          yw[w] = *reinterpret_cast<const uint32_t*>(&y);
+        }
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(g_at), "r"(yw[0]),
+                     "r"(yw[1]), "r"(yw[2]), "r"(yw[3])
+                     : "memory");
+      }
+      wgmma::fence_async_shared();  // the stores above, seen by the bulk copy's reads
+      epilogue_sync();
+      if (e == 0) {
+        tma_store(&map_out, n0, m0, staged);
+        tma_store(&map_out, n0 + 64, m0, staged + kTileBytes);
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        // The staging tile is free again once the stores have read it.
+        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        bar_arrive(staged_empty);
+      }
+    }
+    if (e == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  } else if (wg > 0) {  // a consumer warpgroup: 64 rows of each tile
+    const int half = wg - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    int stage = 0;
+    uint32_t phase = 0, parity = 0;
     float gate[kTileN / 8][4], up[kTileN / 8][4];
     auto release = [&](int s) {
       if (lane == 0)
         for (uint32_t c = 0; c < kCluster; ++c) bar_arrive_cluster(empty + 8 * s, c);
     };
-    for (int u = first; u < units; u += stride) {
-      const int m0 = (u / tiles_n * kCluster + int(rank)) * kTileM, n0 = u % tiles_n * kTileN;
+    for (int u = first; u < units; u += stride, parity ^= 1) {
       int prev = -1;  // the stage whose products are still in flight
       for (int kb = 0; kb < k_blocks; ++kb) {
         bar_wait(full + 8 * stage, phase);
@@ -204,38 +254,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::wait<0>();
       release(prev);
 
-      // Epilogue: the tile goes through shared memory (swizzled like the inputs) and leaves as
-      // two bulk tensor stores that run on while the next tile's products do. The staging tile
-      // is free once the previous tile's stores have read it.
-      if (storer) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-      consumers_sync();
+      // Hand the tile to the epilogue warps as bf16 gate and up (the unfused path's rounding),
+      // swizzled like the inputs, once they are done with the previous one.
+      bar_wait(staged_empty, parity ^ 1);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = half * 64 + warp * 16 + g + 8 * h;  // rows g, g + 8 of the warp's 16
 #pragma unroll
         for (int j = 0; j < kTileN / 8; ++j) {  // columns 8 j + 2 t and the next
-          float y[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float gv = __bfloat162float(__float2bfloat16_rn(gate[j][2 * h + e]));
-            const float uv = __bfloat162float(__float2bfloat16_rn(up[j][2 * h + e]));
-            y[e] = gv * detail::sigmoid_fast(gv) * uv;
-          }
-          const __nv_bfloat162 v = __floats2bfloat162_rn(y[0], y[1]);
+          const __nv_bfloat162 gv = __floats2bfloat162_rn(gate[j][2 * h], gate[j][2 * h + 1]);
+          const __nv_bfloat162 uv = __floats2bfloat162_rn(up[j][2 * h], up[j][2 * h + 1]);
           const uint32_t at = wgmma::swizzled(staged, kTileM, r, 8 * j) + 4 * t;
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at),
-                       "r"(*reinterpret_cast<const uint32_t*>(&v)));
+                       "r"(*reinterpret_cast<const uint32_t*>(&gv)));
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + kOutBytes),
+                       "r"(*reinterpret_cast<const uint32_t*>(&uv)));
         }
       }
-      wgmma::fence_async_shared();  // the stores above, seen by the bulk copy's reads
-      consumers_sync();
-      if (storer) {
-        tma_store(&map_out, n0, m0, staged);
-        tma_store(&map_out, n0 + 64, m0, staged + kTileBytes);
-        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-      }
+      bar_arrive(staged_full);  // release: the stores above before the epilogue's loads
     }
-    if (storer) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   }
   // No CTA leaves while its peer may still copy into its shared memory or arrive on its barriers.
   cluster_sync();
