@@ -167,6 +167,17 @@ class Ops {
   // pre-conv inputs, oldest row first. q, k and v must not overlap x.
   virtual void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
                         int level) = 0;
+  // The projection x [T, H] . w_qkv^T ([C, H]) and then gdn_conv of every level in turn, for
+  // n_levels levels. By default the matmul (the packed projection in scratch) and the conv per
+  // level; a backend may fuse them (CUDA: one GEMM whose epilogue runs the conv), rounding as
+  // these steps do.
+  virtual void gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v,
+                            int dim_k, double eps, int n_levels) {
+    View qkv = scratch(x.rows, w_qkv.rows);
+    matmul(x, w_qkv, qkv);
+    for (int level = 0; level < n_levels; ++level)
+      gdn_conv(qkv, w_conv, window, q, k, v, dim_k, eps, level);
+  }
   // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); ab [T, 2 Hv] holds a | b side
   // by side (in_proj_a and in_proj_b as one product), g, beta [T, Hv]; A_log, dt_bias [1, Hv].
   virtual void gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) = 0;

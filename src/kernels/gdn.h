@@ -55,6 +55,20 @@ cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat
                      __nv_bfloat16* q, __nv_bfloat16* k, __nv_bfloat16* v, int heads_k, int dim_k,
                      int64_t value_dim, int K, float eps, int level, const TreeMeta& meta,
                      cudaStream_t stream);
+// The projection and the conv in one GEMM (gdn_qkv_conv.cu) over one tree level:
+// gdn_conv(x w_qkv^T, ...) with the product rounded to bf16 as a matmul would store it; x [T, H],
+// w_qkv [C, H], the rest as gdn_conv with K = 4. gdn_qkv_conv_supported says whether the kernel
+// takes these pointers and sizes (16-byte alignment, dim_k = 128, C a multiple of 256, H of 8,
+// the weight within 24 MB, K = 4). No node of the level may read and write the same window slot
+// (the caller runs such levels unfused).
+bool gdn_qkv_conv_supported(const void* x, const void* w_qkv, const void* w_conv,
+                            const void* window, const void* q, const void* k, const void* v,
+                            int64_t H, int heads_k, int dim_k, int64_t value_dim, int K);
+cudaError_t gdn_qkv_conv(const __nv_bfloat16* x, const __nv_bfloat16* w_qkv,
+                         const __nv_bfloat16* w_conv, __nv_bfloat16* window, __nv_bfloat16* q,
+                         __nv_bfloat16* k, __nv_bfloat16* v, int64_t T, int64_t H, int heads_k,
+                         int dim_k, int64_t value_dim, float eps, int level, const TreeMeta& meta,
+                         cudaStream_t stream);
 // Whether gdn_conv takes a key head of dim_k with value width value_dim at some vector width
 // (suitably aligned pointers given): the shape rule above.
 bool gdn_conv_shape_ok(int dim_k, int64_t value_dim);

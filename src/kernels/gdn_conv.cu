@@ -33,6 +33,7 @@
 #include "kernels/bf16x8.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/gdn.h"
+#include "kernels/gdn_conv_row.cuh"
 #include "kernels/launch.cuh"
 
 namespace flide::kernels {
@@ -184,30 +185,9 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
       // One row: the conv over the history and xr, SiLU, the q/k head's norm; xr becomes history.
       auto row = [&](const Raw<kVec>& xr, bf16* dst) {
-        float y[kVec], sum_sq = 0.f;
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) {
-          const float xv = raw_at(xr, v);
-          float acc = 0.f;  // same order as the CPU: oldest input first
-#pragma unroll
-          for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * hist[j][v];
-          acc += wt[K - 1][v] * xv;
-          // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the
-          // same way)
-          y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
-          sum_sq = fmaf(y[v], y[v], sum_sq);
-#pragma unroll
-          for (int j = 0; j + 1 < K - 1; ++j) hist[j][v] = hist[j + 1][v];
-          if constexpr (K > 1) hist[K - 2][v] = xv;
-        }
-        if (norm_warp) {
-          sum_sq = detail::group_sum_lanes(sum_sq, sp.group);
-          if (qk) {
-            const float s = rsqrtf(sum_sq + eps);
-#pragma unroll
-            for (int v = 0; v < kVec; ++v) y[v] *= s;
-          }
-        }
+        float y[kVec];
+        const float sum_sq = detail::conv_silu_row<K, kVec>(wt, hist, xr, y);
+        if (norm_warp) detail::qk_norm<kVec>(y, sum_sq, sp.group, qk, eps);
         if (live) store_vec<kVec>(dst, y);
       };
       // Runs of kRun rows alternate between the ring's halves: a run's copies are issued (one

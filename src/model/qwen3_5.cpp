@@ -262,16 +262,13 @@ class Qwen35Model final : public Model {
     const int64_t Kd = int64_t(Hk) * Dk, Vd = int64_t(Hv) * Dv, C = 2 * Kd + Vd;
     const int64_t K = cfg_.linear_conv_kernel_dim;
 
-    View qkv = ops_.scratch(T, C), ab = ops_.scratch(T, 2 * int64_t(Hv));
-    ops_.matmul(h, w.in_qkv, qkv);
-    ops_.matmul(h, w.in_ab, ab);
-
     // Slots hold each parent node's conv window and recurrent state for its children.
     View window = ops_.scratch(std::max(s.n_slots, 1), (K - 1) * C);
     View state = ops_.scratch_f32(std::max(s.n_slots, 1), int64_t(Hv) * Dk * Dv);
     View q = ops_.scratch(T, Kd), k = ops_.scratch(T, Kd), v = ops_.scratch(T, Vd);
-    for (int level = 0; level < s.n_levels(); ++level)
-      ops_.gdn_conv(qkv, w.conv, window, q, k, v, Dk, 1e-6, level);
+    ops_.gdn_qkv_conv(h, w.in_qkv, w.conv, window, q, k, v, Dk, 1e-6, s.n_levels());
+    View ab = ops_.scratch(T, 2 * int64_t(Hv));
+    ops_.matmul(h, w.in_ab, ab);
     View g = ops_.scratch_f32(T, Hv), beta = ops_.scratch_f32(T, Hv);
     ops_.gdn_gates(ab, w.A_log, w.dt_bias, g, beta);
 

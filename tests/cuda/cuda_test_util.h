@@ -20,6 +20,8 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -212,6 +214,29 @@ class Pair {
   }
   std::unique_ptr<Ops> gpu_, cpu_;
 };
+
+// The names of the ops the GPU backend ran inside fn, from its profile (a download or
+// synchronize ends the profiled round): which path a dispatch rule took.
+template <typename Fn>
+std::set<std::string> ops_run(Ops& gpu, Fn&& fn) {
+  gpu.set_profiling(true);
+  fn();
+  gpu.synchronize();
+  gpu.set_profiling(false);
+  std::set<std::string> names;
+  std::istringstream report(gpu.profile_report());
+  std::string line;
+  bool in_table = false;
+  while (std::getline(report, line)) {  // the by-op table: from its "op" header to "(gaps"
+    if (line.rfind("op ", 0) == 0) {
+      in_table = true;
+    } else if (in_table) {
+      if (line.empty() || line[0] == '(') break;
+      names.insert(line.substr(0, line.find(' ')));
+    }
+  }
+  return names;
+}
 
 // Fixtures that skip without a device.
 class CudaTest : public ::testing::Test {

@@ -175,9 +175,9 @@ TEST_F(CudaDense, MatmulWithEmptyInnerDimensionIsZero) {
 class CudaSwiglu : public CudaTestWithParam<MatmulShape> {};
 
 // The fused GEMM where it takes the shape (N a multiple of 128, K of 8, 16-byte aligned rows),
-// Ops' three steps elsewhere; the test checks which one the dispatch rule picks. Three bf16
-// roundings (gate, up, the product) against the float64 reference: about 3.5e-3 relative RMS,
-// under kTolBf16.
+// Ops' three steps elsewhere; the test checks which one the dispatch rule picks and that the
+// GPU ran it (its profile). Three bf16 roundings (gate, up, the product) against the float64
+// reference: about 3.5e-3 relative RMS, under kTolBf16.
 TEST_P(CudaSwiglu, MatchesReference) {
   const auto [M, N, K] = GetParam();
   std::mt19937 gen{std::random_device{}()};
@@ -193,7 +193,11 @@ TEST_P(CudaSwiglu, MatchesReference) {
     const bool fused =
         kernels::swiglu_gemm_supported(xs.gpu.data, wg.gpu.data, wu.gpu.data, out.gpu.data, N, K);
     EXPECT_EQ(fused, N % 128 == 0 && K % 8 == 0) << "M " << M << " N " << N << " K " << K;
-    p.both([&](Ops& ops, auto v) { ops.swiglu(v(xs), v(wg), v(wu), v(out)); });
+    const auto ran = ops_run(p.gpu(), [&] { p.gpu().swiglu(xs.gpu, wg.gpu, wu.gpu, out.gpu); });
+    const std::set<std::string> expected =
+        fused ? std::set<std::string>{"swiglu"} : std::set<std::string>{"matmul", "silu_mul"};
+    EXPECT_EQ(ran, expected);
+    p.cpu().swiglu(xs.cpu, wg.cpu, wu.cpu, out.cpu);
     expect_rms(fused ? "swiglu (fused)" : "swiglu (three steps)", p.got(out), p.ref(out), kTolBf16,
                cat("M ", M - from, " N ", N, " K ", K));
   }
@@ -204,8 +208,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSwiglu,
                                            MatmulShape{257, 384, 72}, MatmulShape{1000, 128, 8},
                                            MatmulShape{300, 3584, 1024},
                                            // 120 tile pairs for ~66 clusters: several tiles a
-                                           // CTA, each starting mid-ring (3 k-blocks, 4 stages)
-                                           MatmulShape{3000, 1280, 136}, MatmulShape{7, 96, 40},
+                                           // CTA, each starting mid-ring (5 k-blocks, 3 stages)
+                                           MatmulShape{3000, 1280, 264}, MatmulShape{7, 96, 40},
                                            MatmulShape{37, 130, 29}, MatmulShape{5, 256, 36}),
                          [](const auto& info) {
                            return cat(info.param.M, "x", info.param.N, "x", info.param.K);

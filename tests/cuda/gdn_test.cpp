@@ -5,7 +5,11 @@
 // initial state slots and in-place slots. The CUDA backend runs the chunked kernel for both
 // forms, so the recurrent case checks it against the CPU's token-by-token recurrence. Outputs,
 // windows and fresh slots start as NaN on both sides.
+#include <algorithm>
+#include <cmath>
 #include <random>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -81,6 +85,122 @@ INSTANTIATE_TEST_SUITE_P(
       const ConvShape c = std::get<1>(info.param);
       return cat(std::get<0>(info.param).name, "_h", c.heads_k, "x", c.dim_k, "v", c.value_dim);
     });
+
+// ---- the projection and the conv in one GEMM ----
+
+struct QkvConvShape {
+  int heads_k, dim_k, value_dim, H;
+};
+void PrintTo(const QkvConvShape& c, std::ostream* os) {
+  *os << c.heads_k << "x" << c.dim_k << " v" << c.value_dim << " H" << c.H;
+}
+
+// The shared trees and one with many short nodes: children of 1 to 5 rows after a 150-row root,
+// some with children of their own, so that nodes shorter than the conv's window start and end
+// at the fused kernel's tile (125 rows) and epilogue-warp (42 rows) boundaries.
+std::vector<TreeCase> qkv_conv_trees() {
+  std::vector<TreeCase> trees = tree_cases();
+  TreeCase shorts{"short_children", {NodeSpec{-1, 150}}, 0};
+  for (int i = 0; i < 120; ++i) shorts.nodes.push_back(NodeSpec{0, 1 + i % 5});
+  for (int i = 1; i <= 120; i += 7) shorts.nodes.push_back(NodeSpec{i, 1 + i % 3});
+  trees.push_back(shorts);
+  return trees;
+}
+
+class CudaQkvConv : public CudaTestWithParam<std::tuple<TreeCase, QkvConvShape>> {};
+
+// The fused GEMM (dim_k 128, C a multiple of 256, no slot read and written by one node) and the
+// unfused matmul and convs elsewhere, against the float64 reference (the conv's tolerance: the
+// product rounded to bf16 adds one rounding); the fused outputs against the GPU's unfused steps
+// too (within two bf16 steps of the output's scale: a wrong tap or window moves an output by
+// its order); and which path ran, from the GPU's profile.
+TEST_P(CudaQkvConv, MatchesReferenceAndUnfused) {
+  const auto& [tree, sh] = GetParam();
+  const int64_t Dk = sh.dim_k, Kd = sh.heads_k * Dk, Vd = sh.value_dim, C = 2 * Kd + Vd;
+  const int64_t H = sh.H, K = 4, W = (K - 1) * C;
+  std::mt19937 gen{std::random_device{}()};
+  const Stream s = build_stream(tree.nodes, tree.n_initial_slots, gen);
+  const int64_t T = s.n_tokens(), slots = std::max(s.n_slots, 1);
+  Pair p;
+  p.set_stream(s);
+  const double scale = 2.0 / std::sqrt(double(H));  // projections of order 1
+  auto x = p.put(T, H, random_floats(gen, T * H, -1, 1));
+  auto wq = p.put(C, H, random_floats(gen, C * H, -scale, scale));
+  auto w = p.put(C, K, random_floats(gen, C * K, -1, 1));
+  const std::vector<float> window0 = initial_slots(gen, s, tree.n_initial_slots, W, -2, 2);
+  auto window = p.put(slots, W, window0);
+  auto q = p.poison(T, Kd), k = p.poison(T, Kd), v = p.poison(T, Vd);
+  Ops& gpu = p.gpu();
+  const bool in_place = std::any_of(s.nodes.begin(), s.nodes.end(), [](const StreamNode& n) {
+    return n.slot_in >= 0 && n.slot_in == n.slot_out;
+  });
+  const bool fused = !in_place && Dk == 128 && C % 256 == 0;
+  const auto ran = ops_run(gpu, [&] {
+    gpu.gdn_qkv_conv(x.gpu, wq.gpu, w.gpu, window.gpu, q.gpu, k.gpu, v.gpu, int(Dk), 1e-6,
+                     s.n_levels());
+  });
+  const std::set<std::string> expected =
+      fused ? std::set<std::string>{"gdn_qkv_conv"} : std::set<std::string>{"matmul", "gdn_conv"};
+  EXPECT_EQ(ran, expected);
+  p.cpu().gdn_qkv_conv(x.cpu, wq.cpu, w.cpu, window.cpu, q.cpu, k.cpu, v.cpu, int(Dk), 1e-6,
+                       s.n_levels());
+  const std::string context = cat(tree.name, " ", sh.heads_k, "x", Dk, " v", Vd, " H", H);
+  const std::string op = fused ? "gdn_qkv_conv (fused)" : "gdn_qkv_conv (unfused)";
+  expect_rms(op + " q", p.got(q), p.ref(q), kTolBf16, context);
+  expect_rms(op + " k", p.got(k), p.ref(k), kTolBf16, context);
+  expect_rms(op + " v", p.got(v), p.ref(v), kTolBf16, context);
+  // Windows: the product's bf16 values (the reference keeps them in float64).
+  expect_rms(op + " window", first_slots(p.got(window), s.n_slots, W),
+             first_slots(p.ref(window), s.n_slots, W), kTolBf16, context);
+
+  // The GPU's unfused steps on the same inputs.
+  View qkv = gpu.scratch(T, C), win2 = gpu.alloc(slots, W);
+  View q2 = gpu.alloc(T, Kd), k2 = gpu.alloc(T, Kd), v2 = gpu.alloc(T, Vd);
+  const std::vector<float> window0_bf16 = rounded_bf16(window0);
+  gpu.upload(win2, window0_bf16.data());
+  gpu.matmul(x.gpu, wq.gpu, qkv);
+  for (int level = 0; level < s.n_levels(); ++level)
+    gpu.gdn_conv(qkv, w.gpu, win2, q2, k2, v2, int(Dk), 1e-6, level);
+  auto download = [&](View view) {
+    Vec out(size_t(view.size()));
+    gpu.download(view, out.data());
+    return out;
+  };
+  auto expect_near = [&](const char* what, const Vec& got, const Vec& ref) {
+    double peak = 0, worst = 0;
+    int64_t same = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      peak = std::max(peak, std::abs(ref[i]));
+      worst = std::max(worst, std::isnan(got[i]) ? INFINITY : std::abs(got[i] - ref[i]));
+      same += got[i] == ref[i];
+    }
+    EXPECT_LE(worst, peak / 64) << what << " " << context << ": fused against unfused";
+    record(cat(op, " ", what, " vs unfused"), worst / std::max(peak, 1e-30), 1.0 / 64);
+    if (fused && same != int64_t(ref.size()))
+      CudaReport::lines().push_back(cat("gdn_qkv_conv ", what, " ", context, ": ",
+                                        ref.size() - same, " of ", ref.size(),
+                                        " outputs differ from the unfused path's bits"));
+  };
+  expect_near("q", p.got(q), download(q2));
+  expect_near("k", p.got(k), download(k2));
+  expect_near("v", p.got(v), download(v2));
+  expect_near("window", first_slots(p.got(window), s.n_slots, W),
+              first_slots(download(win2), s.n_slots, W));
+}
+
+// Fused: the 0.8B/2B layer (16 key heads of 128, Vd 2048, H 1024), a narrower one with a tile
+// pair across q | k (3 key heads: C = 1280, Kd 384) and a hidden size that is not a multiple of
+// the 64-wide k-block (H 200). Unfused: key heads of 16 (the test checkpoints).
+INSTANTIATE_TEST_SUITE_P(Trees, CudaQkvConv,
+                         ::testing::Combine(::testing::ValuesIn(qkv_conv_trees()),
+                                            ::testing::Values(QkvConvShape{16, 128, 2048, 1024},
+                                                              QkvConvShape{3, 128, 512, 200},
+                                                              QkvConvShape{2, 16, 96, 64})),
+                         [](const auto& info) {
+                           const QkvConvShape c = std::get<1>(info.param);
+                           return cat(std::get<0>(info.param).name, "_h", c.heads_k, "x", c.dim_k,
+                                      "v", c.value_dim, "H", c.H);
+                         });
 
 // ---- gates ----
 

@@ -249,6 +249,41 @@ void CudaOps::gdn_conv(View x, View w, View window, View q, View k, View v, int 
            "gdn_conv");
 }
 
+// One GEMM per level (kernels::gdn_qkv_conv) where the kernel takes the shapes, else Ops' matmul
+// and convs. Like swiglu's, the fused kernel is batch-invariant by construction. A round where a
+// node reads and writes the same window slot runs unfused (the kernel's tiles would race on it);
+// that choice is part of the round's graph key.
+void CudaOps::gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v,
+                           int dim_k, double eps, int n_levels) {
+  need_stream("gdn_qkv_conv");
+  const int64_t T = x.rows, H = x.cols, C = w_qkv.rows, Kd = q.cols, Vd = v.cols;
+  FLIDE_CHECK(w_qkv.cols == H && n_levels == n_levels_, "cuda gdn_qkv_conv: x [", T, ", ", H,
+              "] w_qkv [", C, ", ", w_qkv.cols, "] levels ", n_levels, " of ", n_levels_);
+  const bf16* xp = as_bf16(x, "gdn_qkv_conv", "x");
+  const bf16* wp = as_bf16(w_qkv, "gdn_qkv_conv", "w_qkv");
+  bf16* qp = as_bf16(q, "gdn_qkv_conv", "q");
+  bf16* kp = as_bf16(k, "gdn_qkv_conv", "k");
+  bf16* vp = as_bf16(v, "gdn_qkv_conv", "v");
+  bf16* winp = as_bf16(window, "gdn_qkv_conv", "window");
+  const bf16* cp = as_bf16(w_conv, "gdn_qkv_conv", "w_conv");
+  const bool fused = dim_k > 0 && Kd % dim_k == 0 && C == 2 * Kd + Vd && k.cols == Kd &&
+                     T == meta_.n_tokens && q.rows == T && k.rows == T && v.rows == T &&
+                     w_conv.rows == C && window.cols == (w_conv.cols - 1) * C &&
+                     window.rows >= n_slots_ && !window_in_place_ &&
+                     kernels::gdn_qkv_conv_supported(xp, wp, cp, winp, qp, kp, vp, H,
+                                                     int(Kd / dim_k), dim_k, Vd, int(w_conv.cols));
+  if (!fused) return Ops::gdn_qkv_conv(x, w_qkv, w_conv, window, q, k, v, dim_k, eps, n_levels);
+  FLIDE_CHECK(!overlaps(q, x) && !overlaps(k, x) && !overlaps(v, x),
+              "cuda gdn_qkv_conv: q, k and v must not overlap x");
+  if (T == 0) return;
+  for (int level = 0; level < n_levels; ++level) {
+    if (!op_begin({x, w_qkv, w_conv, window, q, k, v}, {level, dim_k})) continue;
+    launched(kernels::gdn_qkv_conv(xp, wp, cp, winp, qp, kp, vp, T, H, int(Kd / dim_k), dim_k, Vd,
+                                   float(eps), level, meta_, stream_),
+             "gdn_qkv_conv");
+  }
+}
+
 void CudaOps::gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) {
   const int64_t Hv = g.cols;
   FLIDE_CHECK(ab.cols == 2 * Hv && g.rows == ab.rows && beta.rows == ab.rows && beta.cols == Hv &&

@@ -11,15 +11,15 @@
 //                      the two tree-attention plans (Rows_all, Rows_out) in one pinned copy
 //   gemm.cpp           matmul, matmul_add (cuBLASLt, descriptors and heuristics cached per shape)
 //   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace); swiglu
-//                      runs the fused GEMM where it takes the shape
+//                      and gdn_qkv_conv run their fused GEMMs where the kernels take the shapes
 //   profiler.cpp       set_profiling / profile_report: per-op GPU time (profiler.h)
 //   graphs.cpp         set_graphs: one CUDA graph per capacity bucket of padded rounds
 //
 // Errors: a launch that fails throws flide::Error naming the op and cudaGetErrorString. Kernel
 // faults are asynchronous and surface at the next download(), synchronize() or fetch(); set the
 // environment variable FLIDE_CUDA_SYNC_CHECK=1 (always on in builds without NDEBUG) to
-// synchronize after every op, so that the error names the op that faulted. The sync check must stay off under
-// CUDA-graph capture.
+// synchronize after every op, so that the error names the op that faulted. The sync check must stay
+// off under CUDA-graph capture.
 //
 // CUDA graphs (graphs.cpp): with set_graphs(true), a padded round (Stream::padded) runs
 // eagerly the first time its bucket is seen (so that arenas, workspaces and GEMM plans reach
@@ -102,6 +102,8 @@ class CudaOps final : public Ops {
   void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                  int head_dim, double scale) override;
 
+  void gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v, int dim_k,
+                    double eps, int n_levels) override;
   void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
                 int level) override;
   void gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) override;
@@ -192,7 +194,9 @@ class CudaOps final : public Ops {
   // CUDA graphs (graphs.cpp).
   enum class GraphMode : uint8_t { GraphMode_eager, GraphMode_capture, GraphMode_replay };
   // A padded round's sizes: tokens, node capacity, levels, slots, out rows, selects.
-  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
+  // (tokens, node capacity, levels, slots, out rows, selects, whether a node reads and writes one
+  // window slot: gdn_qkv_conv then runs unfused)
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, bool>;
   struct RoundGraph {
     bool seen = false;               // a round of this bucket ran eagerly
     cudaGraphExec_t exec = nullptr;  // the captured round, once there is one
@@ -260,6 +264,7 @@ class CudaOps final : public Ops {
   const void* plan_out_ = nullptr;       // device plan for q_rows = out_rows
   int32_t tiles_all_ = 0, tiles_out_ = 0;
   int32_t n_levels_ = 0, n_slots_ = 0, n_out_ = 0, n_select_ = 0;
+  bool window_in_place_ = false;  // some node reads and writes the same slot
   int32_t max_token_id_ = -1, max_select_id_ = -1;
 
   // Device scratch of the chunked delta rule (kernels::gdn_workspace_bytes): nothing in it

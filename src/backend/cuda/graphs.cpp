@@ -64,7 +64,8 @@ void CudaOps::graph_round_begin(const Stream& s) {
                      s.n_levels(),
                      s.n_slots,
                      int32_t(s.out_rows.size()),
-                     int32_t(s.select_ids.size())};
+                     int32_t(s.select_ids.size()),
+                     window_in_place_};
   RoundGraph& g = graphs_cache_[key];
   if (graphs_ && !profiling_) {
     if (g.exec && g.epoch != memory_epoch_) {  // its addresses are stale

@@ -162,6 +162,9 @@ void CudaOps::set_stream(const Stream& s) {
 
   n_levels_ = L;
   n_slots_ = s.n_slots;
+  window_in_place_ = std::any_of(s.nodes.begin(), s.nodes.end(), [](const StreamNode& n) {
+    return n.slot_in >= 0 && n.slot_in == n.slot_out;
+  });
   n_out_ = R;
   n_select_ = M;
   max_token_id_ =

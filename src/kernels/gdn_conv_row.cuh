@@ -1,0 +1,50 @@
+// One row of the Gated DeltaNet conv for the kVec channels a thread owns, shared by the conv
+// kernel (gdn_conv.cu) and the projection's fused epilogue (gdn_qkv_conv.cu) so that both give
+// the same bits: the K-tap causal conv over the thread's history and the row's input, the SiLU
+// rounded to bf16 (the value an unfused conv would have stored), then each q / k head's L2 norm.
+#pragma once
+
+#include "kernels/bf16x8.cuh"
+
+namespace flide::kernels::detail {
+
+// Conv and SiLU of one row: y from the K-1 previous inputs hist (oldest first) and this row's
+// input xr, which then enters hist. Returns the sum of y's squares (fp32, in channel order).
+template <int K, int kVec>
+__device__ __forceinline__ float conv_silu_row(const float (&wt)[K][kVec],
+                                               float (&hist)[K > 1 ? K - 1 : 1][kVec],
+                                               const Raw<kVec>& xr, float (&y)[kVec]) {
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) {
+    const float xv = raw_at(xr, v);
+    float acc = 0.f;  // same order as the CPU: oldest input first
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * hist[j][v];
+    acc += wt[K - 1][v] * xv;
+    // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the same
+    // way)
+    y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
+    sum_sq = fmaf(y[v], y[v], sum_sq);
+#pragma unroll
+    for (int j = 0; j + 1 < K - 1; ++j) hist[j][v] = hist[j + 1][v];
+    if constexpr (K > 1) hist[K - 2][v] = xv;
+  }
+  return sum_sq;
+}
+
+// The L2 norm of a q or k head spread over aligned groups of `group` lanes: y / sqrt(sum of the
+// group's squares + eps). All 32 lanes call it (the shuffles); lanes with qk false (v channels)
+// keep y.
+template <int kVec>
+__device__ __forceinline__ void qk_norm(float (&y)[kVec], float sum_sq, int group, bool qk,
+                                        float eps) {
+  sum_sq = group_sum_lanes(sum_sq, group);
+  if (qk) {
+    const float s = rsqrtf(sum_sq + eps);
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) y[v] *= s;
+  }
+}
+
+}  // namespace flide::kernels::detail

@@ -1,0 +1,245 @@
+// The Gated DeltaNet layer's q, k, v projection and its conv in one GEMM over one tree level:
+// q, k, v = split(conv_silu(x W^T)) with each q / k head L2-normed, what the projection (a
+// matmul) and gdn_conv compute unfused, and in the same rounding: the product rounded to bf16,
+// then gdn_conv's per-row steps (gdn_conv_row.cuh).
+//
+// Why: unfused, the product writes the packed projection [T, C] (C = 2 Kd + Vd) and the conv
+// reads it back: 2 C bf16 of traffic a row, and the conv kernel (~7% of a QuALITY round on the
+// 0.8B model) ran apart from the tensor cores. Here the conv runs in the GEMM's epilogue warps
+// (tma_gemm.cuh) beside the next tile's products, and the projection never leaves the SM: 10.9
+// ms a round of 4 QuALITY requests against 12.3 for cuBLASLt's product and the conv kernel
+// (bench/results/2026-11-30-fused-gdn-conv.md). The epilogue still sets the pace (the products
+// alone took 7.2 ms): with three warps it took 13.2 ms.
+//
+// Tiles: the depthwise conv reads each channel's K-1 = 3 previous rows, so a tile of 128 product
+// rows gives 125 outputs: rows [row0 - 3, row0 + 125) of x are multiplied, row0 = the level's
+// first row + 125 t for row tile t. The 3 rows above are computed twice (2.4% more products);
+// no tile waits for another's. The level's rows are contiguous in the stream (backend/stream.h)
+// and are read on the device from meta, so a launch's shape depends only on the capacity (graph
+// capture). A tile pair's columns are two heads of the projection (2 x 128 channels: CTA 0 copies
+// the first weight tile, CTA 1 the second); q and k heads are exactly a tile's 128 columns.
+//
+// The epilogue's seven warps each walk a seventh of the tile's 125 rows; a warp's 32 lanes hold
+// the tile's 256 channels, 8 each (16 lanes a head, the lane groups of gdn_conv's q/k norm for
+// Dk = 128). A warp walks its rows node by node (token_node): a row's taps before its node's
+// first row come from the node's slot_in window (zeros without one), and the warp that reaches a
+// node's last row writes its slot_out window (the last 3 inputs of the node's path). A node that
+// reads and writes the same window slot would race between tiles here: the caller runs those
+// levels unfused (gdn_conv gives each node's channels to one thread).
+#include "kernels/gdn.h"
+#include "kernels/gdn_conv_row.cuh"
+#include "kernels/tma_gemm.cuh"
+
+namespace flide::kernels {
+
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+using namespace tma_gemm;
+using detail::load_raw;
+using detail::Raw;
+using detail::zero_raw;
+
+constexpr int kConvK = 4, kHalo = kConvK - 1, kRowsOut = kTileM - kHalo;
+constexpr int kHeadDim = kTileN;  // a q or k head is a tile's columns
+constexpr int kPairCols = 2 * kTileN;
+constexpr int kVec = 8;                         // channels a lane: one 16-byte access
+constexpr int kLanesPerHead = kHeadDim / kVec;  // the norm's lane group
+constexpr int kEpilogueWarps = kEpilogueThreads / 32;
+constexpr int kRowsPerWarp = (kRowsOut + kEpilogueWarps - 1) / kEpilogueWarps;
+// The projection's weight (C H bf16) up to this size stays in L2 beside the x row strips in
+// flight (row-major tile order; the 0.8B model's is 12.6 MB).
+constexpr int64_t kMaxWeightBytes = int64_t(24) << 20;
+
+struct ConvArgs {
+  const bf16* w_conv;  // [C, 4]
+  bf16* window;        // [slots, 3 C]
+  bf16* q;             // [T, Kd]
+  bf16* k;             // [T, Kd]
+  bf16* v;             // [T, Vd]
+  int Kd, Vd, C;
+  float eps;
+  int level;
+  TreeMeta meta;
+};
+
+// The level's stream rows [first, end), read on the device.
+struct LevelRows {
+  int first = 0, end = 0;
+  __device__ explicit LevelRows(const ConvArgs& a) {
+    const int nb = a.meta.level_begin[a.level], ne = a.meta.level_begin[a.level + 1];
+    if (nb >= ne) return;
+    first = a.meta.node_offset[nb];
+    end = a.meta.node_offset[ne - 1] + a.meta.node_length[ne - 1];
+  }
+};
+
+// The epilogue warps on one tile pair's staged product: output rows [row0, row0 + 125) of the
+// level (the product's rows 3..127), channels [n0, n0 + 256).
+__device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a, int e, int row0,
+                                              int level_end, int n0, uint32_t parity) {
+  const int warp = e / 32, lane = e % 32;
+  const int head = lane / kLanesPerHead, col = (lane % kLanesPerHead) * kVec;
+  const int c = n0 + head * kHeadDim + col;  // this lane's first channel
+  const bool qk = c < 2 * a.Kd, norm_warp = n0 < 2 * a.Kd;
+  const uint32_t staged = sm.staged + uint32_t(head) * kOutBytes;
+  const int64_t C = a.C, win_ld = int64_t(kHalo) * a.C;
+  bf16* out;  // channel c of row 0 in q, k or v
+  int64_t ld;
+  if (c < a.Kd) {
+    out = a.q + c, ld = a.Kd;
+  } else if (qk) {
+    out = a.k + (c - a.Kd), ld = a.Kd;
+  } else {
+    out = a.v + (c - 2 * a.Kd), ld = a.Vd;
+  }
+  float wt[kConvK][kVec];  // w[c + v][j]; j = 3 multiplies the current row
+  {
+    // The lane's 8 channels' taps are 64 contiguous bytes of w_conv [C, 4].
+    const uint4* src = reinterpret_cast<const uint4*>(a.w_conv + int64_t(c) * kConvK);
+#pragma unroll
+    for (int u = 0; u < kConvK * kVec / 8; ++u) {
+      const uint4 raw = src[u];
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[h]));
+        const int e0 = 8 * u + 2 * h;  // element (c + e / 4, tap e % 4)
+        wt[e0 % kConvK][e0 / kConvK] = f.x;
+        wt[(e0 + 1) % kConvK][(e0 + 1) / kConvK] = f.y;
+      }
+    }
+  }
+  auto staged_row = [&](int p) {  // product row p of the tile (stream row row0 - 3 + p)
+    Raw<kVec> r;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r.h[0]), "=r"(r.h[1]), "=r"(r.h[2]), "=r"(r.h[3])
+                 : "r"(wgmma::swizzled(staged, kTileM, p, col)));
+    return r;
+  };
+  bar_wait(sm.staged_full, parity);
+  const int i_end = min(min(kRowsOut, (warp + 1) * kRowsPerWarp), level_end - row0);
+  for (int i = warp * kRowsPerWarp; i < i_end;) {
+    const int r = row0 + i, n = a.meta.token_node[r];
+    const int off = a.meta.node_offset[n], len = a.meta.node_length[n];
+    const int seg_end = min(i_end, off + len - row0);
+    const int slot_in = a.meta.node_slot_in[n], slot_out = a.meta.node_slot_out[n];
+    float hist[kHalo][kVec];  // the inputs of rows r - 3 .. r - 1
+#pragma unroll
+    for (int j = 0; j < kHalo; ++j) {
+      const int s = r - kHalo + j;
+      const Raw<kVec> in =
+          s >= off       ? staged_row(s - row0 + kHalo)
+          : slot_in >= 0 ? load_raw<kVec>(a.window + slot_in * win_ld + (kHalo + s - off) * C + c)
+                         : zero_raw<kVec>();
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) hist[j][v] = detail::raw_at(in, v);
+    }
+    // One row at a time: two side by side (more independent chains) spilled at 96 registers a
+    // thread and ran slower (bench/results/2026-11-30-fused-gdn-conv.md).
+    for (; i < seg_end; ++i) {
+      float y[kVec];
+      const float sum_sq = detail::conv_silu_row<kConvK, kVec>(wt, hist, staged_row(i + kHalo), y);
+      if (norm_warp) detail::qk_norm<kVec>(y, sum_sq, kLanesPerHead, qk, a.eps);
+      detail::store8(out + int64_t(row0 + i) * ld, kVec, true, y);
+    }
+    if (slot_out >= 0 && off + len == row0 + seg_end) {  // the node's last row was this warp's
+      bf16* dst = a.window + slot_out * win_ld + c;
+#pragma unroll
+      for (int j = 0; j < kHalo; ++j) detail::store8(dst + j * C, kVec, true, hist[j]);
+    }
+  }
+  epilogue_sync();  // every warp done reading the staging tile
+  if (e == 0) bar_arrive(sm.staged_empty);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    gdn_qkv_conv_kernel(const __grid_constant__ CUtensorMap map_x,
+                        const __grid_constant__ CUtensorMap map_w, const ConvArgs a, int H) {
+  extern __shared__ unsigned char smem_raw[];
+  const Smem sm = Smem::carve(smem_raw);
+  const int tid = int(threadIdx.x);
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const LevelRows rows(a);
+  const int tiles_m = (rows.end - rows.first + kRowsOut - 1) / kRowsOut;
+  const int tiles_n = a.C / kPairCols;
+  const int units = (tiles_m + kCluster - 1) / kCluster * tiles_n;
+  const int first = int(blockIdx.x) / kCluster, stride = int(gridDim.x) / kCluster;
+  const int k_blocks = (H + kBlockK - 1) / kBlockK;
+  auto row0_of = [&](int u) {
+    return rows.first + (u / tiles_n * kCluster + int(rank)) * kRowsOut;
+  };
+  if (tid == 0) sm.init_barriers();
+  cluster_sync();  // barriers initialised before either CTA copies into or arrives on them
+
+  if (is_consumer()) {
+    take_consumer_regs();
+    int stage = 0;
+    uint32_t phase = 0, parity = 0;
+    float p0[kTileN / 8][4], p1[kTileN / 8][4];
+    for (int u = first; u < units; u += stride, parity ^= 1)
+      consume_tile(sm, int(threadIdx.x) / 128 - 1, k_blocks, stage, phase, parity, p0, p1);
+  } else {
+    give_up_regs();
+    const int e = epilogue_index();
+    if (tid == 0) {
+      copy_tiles(sm, &map_x, first, units, stride, k_blocks, rank, [&](int u) {
+        return TileSource{row0_of(u) - kHalo, &map_w, u % tiles_n * kPairCols + int(rank) * kTileN};
+      });
+    } else if (e >= 0) {
+      uint32_t parity = 0;
+      for (int u = first; u < units; u += stride, parity ^= 1)
+        conv_epilogue(sm, a, e, row0_of(u), rows.end, u % tiles_n * kPairCols, parity);
+    }
+  }
+  // No CTA leaves while its peer may still copy into its shared memory or arrive on its barriers.
+  cluster_sync();
+}
+
+}  // namespace
+
+bool gdn_qkv_conv_supported(const void* x, const void* w_qkv, const void* w_conv,
+                            const void* window, const void* q, const void* k, const void* v,
+                            int64_t H, int heads_k, int dim_k, int64_t value_dim, int K) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t C = 2 * int64_t(heads_k) * dim_k + value_dim;
+  return aligned(x) && aligned(w_qkv) && aligned(w_conv) && aligned(window) && aligned(q) &&
+         aligned(k) && aligned(v) && K == kConvK && dim_k == kHeadDim && heads_k > 0 &&
+         value_dim > 0 && C % kPairCols == 0 && H > 0 && H % 8 == 0 && 2 * C * H <= kMaxWeightBytes;
+}
+
+cudaError_t gdn_qkv_conv(const bf16* x, const bf16* w_qkv, const bf16* w_conv, bf16* window,
+                         bf16* q, bf16* k, bf16* v, int64_t T, int64_t H, int heads_k, int dim_k,
+                         int64_t value_dim, float eps, int level, const TreeMeta& meta,
+                         cudaStream_t stream) {
+  if (!gdn_qkv_conv_supported(x, w_qkv, w_conv, window, q, k, v, H, heads_k, dim_k, value_dim,
+                              kConvK) ||
+      level < 0 || T > INT32_MAX - 2 * kTileM)  // the kernel's row arithmetic is int
+    return cudaErrorInvalidValue;
+  if (T == 0 || meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
+  ConvArgs a;
+  a.w_conv = w_conv;
+  a.window = window;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.Kd = heads_k * dim_k;
+  a.Vd = int(value_dim);
+  a.C = 2 * a.Kd + a.Vd;
+  a.eps = eps;
+  a.level = level;
+  a.meta = meta;
+  CUtensorMap map_x, map_w;
+  cudaError_t err = tile_map(map_x, x, T, H);
+  if (err == cudaSuccess) err = tile_map(map_w, w_qkv, a.C, H);
+  if (err != cudaSuccess) return err;
+  // Enough clusters for the largest level the stream's rows allow (the level's own size is read
+  // on the device).
+  const int64_t units =
+      ((T + kRowsOut - 1) / kRowsOut + kCluster - 1) / kCluster * (a.C / kPairCols);
+  return launch<gdn_qkv_conv_kernel>(units, stream, map_x, map_w, a, int(H));
+}
+
+}  // namespace flide::kernels

@@ -1,0 +1,327 @@
+// The Hopper GEMM machinery of the fused products (swiglu_gemm.cu: the MLP's gate and up, then
+// SwiGLU; gdn_qkv_conv.cu: the GDN layer's q, k, v projection, then its conv): each multiplies
+// x [M, K] by two [128][K] weight tiles at once and hands the two [128][128] products, rounded
+// to bf16, to an epilogue that runs beside the next tile's products. What differs between them
+// is only which rows and weight rows a tile reads and what the epilogue does.
+//
+// A persistent grid of 2-CTA clusters, one CTA an SM. Four warpgroups a CTA:
+//   copier    warpgroup 0's first thread issues the bulk tensor copies (TMA) of each k-block's
+//             x tile [128][64] and, shared across the cluster (each CTA copies one of the two
+//             weight tiles into both, multicast), the weight tiles [128][64], into a ring of
+//             kStages stages, 128-byte swizzled (the layout of wgmma.cuh);
+//   consumers warpgroups 1 and 2 each own 64 of the tile's rows and run, per k16 step,
+//             m64n128k16 for each weight tile with both operands in shared memory, keeping one
+//             k-block of products in flight, then round the products to bf16 into the staging
+//             tile (the same swizzle) and go on to the next tile;
+//   epilogue  warpgroup 0's other three warps and warpgroup 3 (kEpilogueThreads) read the
+//             staging tile and write the outputs, while the consumers' next products run. When
+//             the consumers ran the epilogue themselves, the tensor cores idled through it (~14%
+//             of a SwiGLU tile's time); the GDN conv's epilogue took 13.2 ms a QuALITY round
+//             of 4 on three warps, 10.9 on seven (the products alone, 7.2).
+// A stage is refilled once the consumers of both CTAs are done with it (each consumer warp
+// arrives on the empty barriers of both); the staging tile once the epilogue is done with it.
+//
+// Each output's sum runs over K in one fixed order (k-blocks of 64 in turn, wgmma's k16 steps
+// within), whatever M is and whichever tile a row lands in: a row's bits never depend on the
+// other rows of the GEMM (batch invariance without plan pinning).
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cp_async.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/wgmma.cuh"
+
+namespace flide::kernels::tma_gemm {
+
+constexpr int kTileM = 128, kTileN = 128, kBlockK = 64, kStages = 3, kCluster = 2;
+// Every tile in shared memory (x's, each weight's, each half of a staged product) is 128 rows of
+// one 64-column, 128-byte-swizzled chunk: one box shape for every tensor map.
+static_assert(kTileM == kTileN && kBlockK * 2 == 128, "one [128][64] bf16 box for every tile");
+// Warpgroup 0: the copier thread and three epilogue warps; 1 and 2: the consumers; 3: four more
+// epilogue warps. Registers move from the copier's and epilogue's warpgroups to the consumers'
+// (setmaxnreg; the consumers' products and addresses need 160 without spilling).
+constexpr int kThreads = 512;
+constexpr int kConsumerThreads = 256, kConsumerWarps = kConsumerThreads / 32;
+constexpr int kEpilogueThreads = 224;  // warps 1-3 and 12-15
+constexpr int kEpilogueRegs = 96, kConsumerRegs = 160;
+static_assert(128 * (2 * kEpilogueRegs + 2 * kConsumerRegs) <= 65536, "one register file");
+constexpr uint32_t kTileBytes = kTileM * 128;     // one [128][64] bf16 tile: 16 KB
+constexpr uint32_t kStageBytes = 3 * kTileBytes;  // x and the two weight tiles
+constexpr uint32_t kOutBytes = 2 * kTileBytes;    // a [128][128] product, two [128][64] boxes
+constexpr uint32_t kStagedBytes = 2 * kOutBytes;  // the two products (64 KB: 3 stages fit)
+constexpr size_t kSmemBytes =
+    1024 + kStages * kStageBytes + kStagedBytes + (2 * kStages + 2) * sizeof(uint64_t);
+
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrive on the barrier at the same offset in cluster CTA `cta`. (No cluster-scope release: the
+// arrival orders only the consumer's reads of the stage, which wgmma's wait has retired. With
+// one, every arrival waited for the epilogue's stores and the kernel ran 40% slower.)
+__device__ __forceinline__ void bar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Every thread of the cluster. Not .aligned: the copier's first thread arrives after its
+// warp's other lanes.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void epilogue_sync() {  // the epilogue's seven warps
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kEpilogueThreads) : "memory");
+}
+// Box (c0 = k, c1 = row) of `map` into shared memory at dst, completing on bar. Rows outside
+// the tensor (negative ones too) arrive as zeros.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+// The same box into dst of both CTAs of the cluster, completing on each one's bar.
+__device__ __forceinline__ void tma_load_both(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                              uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar),
+      "h"(uint16_t((1u << kCluster) - 1))
+      : "memory");
+}
+// Shared memory at src to the box (c0 = column, c1 = row) of `map`; rows past the tensor's end
+// are not written.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, int c0, int c1, uint32_t src) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(src)
+      : "memory");
+}
+
+// A thread's warpgroup takes its share of the register file first thing in its role's branch
+// (ptxas bounds a branch's registers by the setmaxnreg that dominates it). epilogue_index: the
+// thread's index among the epilogue threads, or -1 (the copier, and lanes of warp 0).
+__device__ __forceinline__ bool is_consumer() {
+  const int wg = int(threadIdx.x) / 128;
+  return wg == 1 || wg == 2;
+}
+__device__ __forceinline__ void take_consumer_regs() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+}
+__device__ __forceinline__ void give_up_regs() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kEpilogueRegs));
+}
+__device__ __forceinline__ int epilogue_index() {
+  const int tid = int(threadIdx.x);
+  return tid < 32 ? -1 : tid < 128 ? tid - 32 : tid - 384 + 96;
+}
+
+// Shared memory: the ring, the staging tile (product 0, then product 1), the ring's full and
+// empty barriers, the staging tile's full and empty barriers. The same offsets in both CTAs of
+// a cluster (the multicast copies and remote arrivals rely on it).
+struct Smem {
+  uint32_t ring, staged, full, empty, staged_full, staged_empty;
+
+  __device__ static Smem carve(unsigned char* smem_raw) {
+    Smem s;
+    const uint32_t raw = detail::smem_u32(smem_raw);
+    s.ring = (raw + 1023u) & ~1023u;
+    s.staged = s.ring + kStages * kStageBytes;
+    s.full = s.staged + kStagedBytes;
+    s.empty = s.full + kStages * 8;
+    s.staged_full = s.empty + kStages * 8;
+    s.staged_empty = s.staged_full + 8;
+    return s;
+  }
+  // Thread 0, before the cluster's first sync.
+  __device__ void init_barriers() const {
+    for (int st = 0; st < kStages; ++st) {
+      bar_init(full + 8 * st, 1);
+      bar_init(empty + 8 * st, kConsumerWarps * kCluster);
+    }
+    bar_init(staged_full, kConsumerThreads);
+    bar_init(staged_empty, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+};
+
+// What the copier copies for one tile: x rows [x_row, x_row + 128) and this CTA's weight tile,
+// rows [w_row, w_row + 128) of *w_map, into slot `rank` (0 or 1) of each stage in both CTAs.
+struct TileSource {
+  int x_row;
+  const CUtensorMap* w_map;
+  int w_row;
+};
+
+// The copier thread: every tile's k-blocks in turn through the ring. source(u) gives unit u's
+// TileSource for this CTA.
+template <class Source>
+__device__ __forceinline__ void copy_tiles(const Smem& sm, const CUtensorMap* map_x, int first,
+                                           int units, int stride, int k_blocks, uint32_t rank,
+                                           Source source) {
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int u = first; u < units; u += stride) {
+    const TileSource src = source(u);
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      bar_wait(sm.empty + 8 * stage, phase ^ 1);  // the first pass finds every stage free
+      const uint32_t at = sm.ring + stage * kStageBytes, bar = sm.full + 8 * stage;
+      // Out-of-bounds rows (and k past K) arrive as zeros and count toward the bytes too.
+      bar_expect(bar, kStageBytes);
+      tma_load(at, map_x, kb * kBlockK, src.x_row, bar);
+      tma_load_both(at + (1 + rank) * kTileBytes, src.w_map, kb * kBlockK, src.w_row, bar);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+  }
+}
+
+// A consumer warpgroup (`half`: which 64 rows of the tile): one tile's products p0 (x times
+// weight tile 0) and p1, to the staging tile as bf16 once the epilogue is done with the
+// previous one. stage, phase: the ring's cursor, carried from tile to tile; parity: the tile's
+// count mod 2.
+__device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blocks, int& stage,
+                                             uint32_t& phase, uint32_t parity,
+                                             float (&p0)[kTileN / 8][4],
+                                             float (&p1)[kTileN / 8][4]) {
+  const int tid = int(threadIdx.x), warp = (tid % 128) / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  auto release = [&](int s) {
+    if (lane == 0)
+      for (uint32_t c = 0; c < kCluster; ++c) bar_arrive_cluster(sm.empty + 8 * s, c);
+  };
+  int prev = -1;  // the stage whose products are still in flight
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    bar_wait(sm.full + 8 * stage, phase);
+    const uint32_t at = sm.ring + stage * kStageBytes;
+    const uint32_t a = at + uint32_t(half) * 64 * 128;  // this warpgroup's 64 rows of x
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < kBlockK / 16; ++k) {
+      const uint64_t da = wgmma::descriptor(a + 32 * k, 0, 1024);
+      const bool acc = kb > 0 || k > 0;
+      wgmma::mma_ss_n128(p0, da, wgmma::descriptor(at + kTileBytes + 32 * k, 0, 1024), acc);
+      wgmma::mma_ss_n128(p1, da, wgmma::descriptor(at + 2 * kTileBytes + 32 * k, 0, 1024), acc);
+    }
+    wgmma::commit();
+    wgmma::wait<1>();  // the previous k-block's products are done with their stage
+    if (prev >= 0) release(prev);
+    prev = stage;
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+  wgmma::wait<0>();
+  release(prev);
+
+  bar_wait(sm.staged_empty, parity ^ 1);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = half * 64 + warp * 16 + g + 8 * h;  // rows g, g + 8 of the warp's 16
+#pragma unroll
+    for (int j = 0; j < kTileN / 8; ++j) {  // columns 8 j + 2 t and the next
+      const __nv_bfloat162 v0 = __floats2bfloat162_rn(p0[j][2 * h], p0[j][2 * h + 1]);
+      const __nv_bfloat162 v1 = __floats2bfloat162_rn(p1[j][2 * h], p1[j][2 * h + 1]);
+      const uint32_t at = wgmma::swizzled(sm.staged, kTileM, r, 8 * j) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at),
+                   "r"(*reinterpret_cast<const uint32_t*>(&v0)));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + kOutBytes),
+                   "r"(*reinterpret_cast<const uint32_t*>(&v1)));
+    }
+  }
+  bar_arrive(sm.staged_full);  // release: the stores above before the epilogue's loads
+}
+
+// ---- host ----
+
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
+
+// The driver's cuTensorMapEncodeTiled, found through the runtime (no link against libcuda), once
+// per process (a static's initialisation is thread-safe: backends of several devices may ask at
+// once).
+inline cudaError_t encoder(EncodeTiled& fn) {
+  struct Found {
+    cudaError_t err;
+    EncodeTiled fn;
+  };
+  static const Found found = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult result{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                             cudaEnableDefault, &result);
+    if (err != cudaSuccess) return Found{err, nullptr};
+    if (result != cudaDriverEntryPointSuccess || !p) return Found{cudaErrorNotSupported, nullptr};
+    return Found{cudaSuccess, reinterpret_cast<EncodeTiled>(p)};
+  }();
+  fn = found.fn;
+  return found.err;
+}
+
+// A row-major [rows, cols] bf16 matrix read in [128][64] boxes, 128-byte swizzled.
+inline cudaError_t tile_map(CUtensorMap& map, const __nv_bfloat16* p, int64_t rows, int64_t cols) {
+  EncodeTiled encode = nullptr;
+  if (const cudaError_t err = encoder(encode); err != cudaSuccess) return err;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
+  const cuuint32_t box[2] = {kBlockK, kTileM};
+  const cuuint32_t steps[2] = {1, 1};
+  std::memset(&map, 0, sizeof map);
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims,
+             strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// The launch of a tma_gemm kernel over `units` tile pairs: as many clusters as fit at once (a
+// GPC's SMs pair up unevenly), at most one a unit.
+template <auto kKernel, class... Args>
+cudaError_t launch(int64_t units, cudaStream_t stream, Args... args) {
+  cudaError_t err = detail::raise_smem_limit<kKernel, int(kSmemBytes)>();
+  int sms = 0;
+  if (err == cudaSuccess) err = detail::multiprocessors(sms);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim = {kCluster, 1, 1};
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  config.gridDim = dim3(unsigned(sms / kCluster * kCluster));
+  int clusters = 0;
+  err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config);
+  if (err != cudaSuccess) return err;
+  if (clusters < 1) return cudaErrorInvalidConfiguration;
+  config.gridDim = dim3(unsigned(kCluster * (units < clusters ? units : clusters)));
+  err = cudaLaunchKernelEx(&config, kKernel, args...);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+}  // namespace flide::kernels::tma_gemm
