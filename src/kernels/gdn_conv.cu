@@ -146,11 +146,11 @@ __global__ void __launch_bounds__(kThreads, 4)
     const int r_begin = r_first + item / ublocks * kRows;
     const int r_end = lesser(r_begin + kRows, r_last);
 
-    float wt[K][kVec];  // w[c + v][j]; j = K - 1 multiplies the current row
+    detail::FloatTaps<K, kVec> wt;  // w[c + v][j]; j = K - 1 multiplies the current row
 #pragma unroll
     for (int v = 0; v < kVec; ++v)
 #pragma unroll
-      for (int j = 0; j < K; ++j) wt[j][v] = live ? __bfloat162float(w[(c + v) * K + j]) : 0.f;
+      for (int j = 0; j < K; ++j) wt.w[j][v] = live ? __bfloat162float(w[(c + v) * K + j]) : 0.f;
 
     for (int r = r_begin; r < r_end;) {
       const int n = meta.token_node[r];

@@ -8,10 +8,28 @@
 
 namespace flide::kernels::detail {
 
+// Taps held as fp32, wt[j][v].
+template <int K, int kVec>
+struct FloatTaps {
+  float w[K][kVec];
+  __device__ __forceinline__ float operator()(int j, int v) const { return w[j][v]; }
+};
+// Taps held as raw bf16, element v * K + j of a channel-major [kVec][K] row of w (two to a
+// word), widened on use: half the registers of FloatTaps.
+template <int K, int kVec>
+struct Bf16Taps {
+  uint32_t w[(K * kVec + 1) / 2];
+  __device__ __forceinline__ float operator()(int j, int v) const {
+    const int e = v * K + j;
+    return __uint_as_float(e % 2 ? w[e / 2] & 0xffff0000u : w[e / 2] << 16);
+  }
+};
+
 // Conv and SiLU of one row: y from the K-1 previous inputs hist (oldest first) and this row's
 // input xr, which then enters hist. Returns the sum of y's squares (fp32, in channel order).
-template <int K, int kVec>
-__device__ __forceinline__ float conv_silu_row(const float (&wt)[K][kVec],
+// wt(j, v): tap j of channel v as fp32 (tap K - 1 multiplies the current row).
+template <int K, int kVec, class Taps>
+__device__ __forceinline__ float conv_silu_row(const Taps& wt,
                                                float (&hist)[K > 1 ? K - 1 : 1][kVec],
                                                const Raw<kVec>& xr, float (&y)[kVec]) {
   float sum_sq = 0.f;
@@ -20,8 +38,8 @@ __device__ __forceinline__ float conv_silu_row(const float (&wt)[K][kVec],
     const float xv = raw_at(xr, v);
     float acc = 0.f;  // same order as the CPU: oldest input first
 #pragma unroll
-    for (int j = 0; j < K - 1; ++j) acc += wt[j][v] * hist[j][v];
-    acc += wt[K - 1][v] * xv;
+    for (int j = 0; j < K - 1; ++j) acc += wt(j, v) * hist[j][v];
+    acc += wt(K - 1, v) * xv;
     // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the same
     // way)
     y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));

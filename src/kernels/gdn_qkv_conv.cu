@@ -84,9 +84,8 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
   const int c = n0 + head * kHeadDim + col;  // this lane's first channel
   const bool qk = c < 2 * a.Kd, norm_warp = n0 < 2 * a.Kd;
   const uint32_t staged = sm.staged + uint32_t(head) * kOutBytes;
-  const int64_t C = a.C, win_ld = int64_t(kHalo) * a.C;
   bf16* out;  // channel c of row 0 in q, k or v
-  int64_t ld;
+  int ld;
   if (c < a.Kd) {
     out = a.q + c, ld = a.Kd;
   } else if (qk) {
@@ -94,21 +93,16 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
   } else {
     out = a.v + (c - 2 * a.Kd), ld = a.Vd;
   }
-  float wt[kConvK][kVec];  // w[c + v][j]; j = 3 multiplies the current row
+  // The lane's taps: the 64 contiguous bytes of w_conv [C, 4] for its 8 channels, kept as bf16
+  // (as fp32 they pushed the epilogue past its 96 registers: spills in the row loop).
+  detail::Bf16Taps<kConvK, kVec> wt;
   {
-    // The lane's 8 channels' taps are 64 contiguous bytes of w_conv [C, 4].
     const uint4* src = reinterpret_cast<const uint4*>(a.w_conv + int64_t(c) * kConvK);
 #pragma unroll
     for (int u = 0; u < kConvK * kVec / 8; ++u) {
       const uint4 raw = src[u];
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[h]));
-        const int e0 = 8 * u + 2 * h;  // element (c + e / 4, tap e % 4)
-        wt[e0 % kConvK][e0 / kConvK] = f.x;
-        wt[(e0 + 1) % kConvK][(e0 + 1) / kConvK] = f.y;
-      }
+      wt.w[4 * u] = raw.x, wt.w[4 * u + 1] = raw.y, wt.w[4 * u + 2] = raw.z,
+               wt.w[4 * u + 3] = raw.w;
     }
   }
   auto staged_row = [&](int p) {  // product row p of the tile (stream row row0 - 3 + p)
@@ -130,9 +124,10 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
     for (int j = 0; j < kHalo; ++j) {
       const int s = r - kHalo + j;
       const Raw<kVec> in =
-          s >= off       ? staged_row(s - row0 + kHalo)
-          : slot_in >= 0 ? load_raw<kVec>(a.window + slot_in * win_ld + (kHalo + s - off) * C + c)
-                         : zero_raw<kVec>();
+          s >= off ? staged_row(s - row0 + kHalo)
+          : slot_in >= 0
+              ? load_raw<kVec>(a.window + (int64_t(slot_in) * kHalo + kHalo + s - off) * a.C + c)
+              : zero_raw<kVec>();
 #pragma unroll
       for (int v = 0; v < kVec; ++v) hist[j][v] = detail::raw_at(in, v);
     }
@@ -145,9 +140,9 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
       detail::store8(out + int64_t(row0 + i) * ld, kVec, true, y);
     }
     if (slot_out >= 0 && off + len == row0 + seg_end) {  // the node's last row was this warp's
-      bf16* dst = a.window + slot_out * win_ld + c;
+      bf16* dst = a.window + int64_t(slot_out) * kHalo * a.C + c;
 #pragma unroll
-      for (int j = 0; j < kHalo; ++j) detail::store8(dst + j * C, kVec, true, hist[j]);
+      for (int j = 0; j < kHalo; ++j) detail::store8(dst + int64_t(j) * a.C, kVec, true, hist[j]);
     }
   }
   epilogue_sync();  // every warp done reading the staging tile
