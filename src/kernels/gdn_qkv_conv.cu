@@ -6,7 +6,7 @@
 // Why: unfused, the product writes the packed projection [T, C] (C = 2 Kd + Vd) and the conv
 // reads it back: 2 C bf16 of traffic a row, and the conv kernel (~7% of a QuALITY round on the
 // 0.8B model) ran apart from the tensor cores. Here the conv runs in the GEMM's epilogue warps
-// (tma_gemm.cuh) beside the next tile's products, and the projection never leaves the SM: 10.9
+// (tma_gemm.cuh) beside the next tile's products, and the projection never leaves the SM: 10.6
 // ms a round of 4 QuALITY requests against 12.3 for cuBLASLt's product and the conv kernel
 // (bench/results/2026-11-30-fused-gdn-conv.md). The epilogue still sets the pace (the products
 // alone took 7.2 ms): with three warps it took 13.2 ms.
