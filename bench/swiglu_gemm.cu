@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
         peak = std::max(peak, std::fabs(y[n]));
       }
       for (int n = 0; n < N; ++n) {
-        err_fused = std::max(err_fused, std::fabs(__bfloat162float(hf[size_t(r) * N + n]) - y[n]) / peak);
+        err_fused =
+            std::max(err_fused, std::fabs(__bfloat162float(hf[size_t(r) * N + n]) - y[n]) / peak);
         err_unfused =
             std::max(err_unfused, std::fabs(__bfloat162float(hr[size_t(r) * N + n]) - y[n]) / peak);
       }
