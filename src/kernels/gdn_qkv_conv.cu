@@ -154,43 +154,22 @@ __global__ void __launch_bounds__(kThreads, 1)
                         const __grid_constant__ CUtensorMap map_w, const ConvArgs a, int H) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
-  const int tid = int(threadIdx.x);
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const uint32_t rank = cluster_rank();
   const LevelRows rows(a);
   const int tiles_m = (rows.end - rows.first + kRowsOut - 1) / kRowsOut;
   const int tiles_n = a.C / kPairCols;
   const int units = (tiles_m + kCluster - 1) / kCluster * tiles_n;
-  const int first = int(blockIdx.x) / kCluster, stride = int(gridDim.x) / kCluster;
-  const int k_blocks = (H + kBlockK - 1) / kBlockK;
   auto row0_of = [&](int u) {
     return rows.first + (u / tiles_n * kCluster + int(rank)) * kRowsOut;
   };
-  if (tid == 0) sm.init_barriers();
-  cluster_sync();  // barriers initialised before either CTA copies into or arrives on them
-
-  if (is_consumer()) {
-    take_consumer_regs();
-    int stage = 0;
-    uint32_t phase = 0, parity = 0;
-    float p0[kTileN / 8][4], p1[kTileN / 8][4];
-    for (int u = first; u < units; u += stride, parity ^= 1)
-      consume_tile(sm, int(threadIdx.x) / 128 - 1, k_blocks, stage, phase, parity, p0, p1);
-  } else {
-    give_up_regs();
-    const int e = epilogue_index();
-    if (tid == 0) {
-      copy_tiles(sm, &map_x, first, units, stride, k_blocks, rank, [&](int u) {
+  run_units(
+      sm, &map_x, units, (H + kBlockK - 1) / kBlockK, rank,
+      [&](int u) {
         return TileSource{row0_of(u) - kHalo, &map_w, u % tiles_n * kPairCols + int(rank) * kTileN};
-      });
-    } else if (e >= 0) {
-      uint32_t parity = 0;
-      for (int u = first; u < units; u += stride, parity ^= 1)
+      },
+      [&](int e, int u, uint32_t parity) {
         conv_epilogue(sm, a, e, row0_of(u), rows.end, u % tiles_n * kPairCols, parity);
-    }
-  }
-  // No CTA leaves while its peer may still copy into its shared memory or arrive on its barriers.
-  cluster_sync();
+      });
 }
 
 }  // namespace

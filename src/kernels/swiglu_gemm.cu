@@ -88,40 +88,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const __grid_constant__ CUtensorMap map_out, int M, int N, int K) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
-  const int tid = int(threadIdx.x);
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const uint32_t rank = cluster_rank();
   const int tiles_n = N / kTileN;
   const int units = (M + kCluster * kTileM - 1) / (kCluster * kTileM) * tiles_n;
-  const int first = int(blockIdx.x) / kCluster, stride = int(gridDim.x) / kCluster;
-  const int k_blocks = (K + kBlockK - 1) / kBlockK;
   auto m0_of = [&](int u) { return (u / tiles_n * kCluster + int(rank)) * kTileM; };
-  if (tid == 0) sm.init_barriers();
-  cluster_sync();  // barriers initialised before either CTA copies into or arrives on them
-
-  if (is_consumer()) {
-    take_consumer_regs();
-    int stage = 0;
-    uint32_t phase = 0, parity = 0;
-    float gate[kTileN / 8][4], up[kTileN / 8][4];
-    for (int u = first; u < units; u += stride, parity ^= 1)
-      consume_tile(sm, int(threadIdx.x) / 128 - 1, k_blocks, stage, phase, parity, gate, up);
-  } else {
-    give_up_regs();
-    const int e = epilogue_index();
-    if (tid == 0) {
-      copy_tiles(sm, &map_x, first, units, stride, k_blocks, rank, [&](int u) {
+  run_units(
+      sm, &map_x, units, (K + kBlockK - 1) / kBlockK, rank,
+      [&](int u) {
         return TileSource{m0_of(u), rank == 0 ? &map_gate : &map_up, u % tiles_n * kTileN};
-      });
-    } else if (e >= 0) {
-      uint32_t parity = 0;
-      for (int u = first; u < units; u += stride, parity ^= 1)
+      },
+      [&](int e, int u, uint32_t parity) {
         swiglu_epilogue(sm, &map_out, e, m0_of(u), u % tiles_n * kTileN, parity);
-      if (e == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-    }
-  }
-  // No CTA leaves while its peer may still copy into its shared memory or arrive on its barriers.
-  cluster_sync();
+      });
+  // The output's last bulk stores finish before the CTA does.
+  if (epilogue_index() == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 }  // namespace

@@ -256,6 +256,47 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
   bar_arrive(sm.staged_full);  // release: the stores above before the epilogue's loads
 }
 
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// The body every tma_gemm kernel runs once it has carved its shared memory: the barriers, then
+// each thread in its role over this cluster's units (first, then every grid's worth of clusters
+// on), then the cluster's last sync. source(u): unit u's TileSource for this CTA;
+// epilogue(e, u, parity): epilogue thread e's part of unit u, parity the unit's count mod 2 (the
+// staging barriers' phase).
+template <class Source, class Epilogue>
+__device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map_x, int units,
+                                          int k_blocks, uint32_t rank, Source source,
+                                          Epilogue epilogue) {
+  const int tid = int(threadIdx.x);
+  const int first = int(blockIdx.x) / kCluster, stride = int(gridDim.x) / kCluster;
+  if (tid == 0) sm.init_barriers();
+  cluster_sync();  // barriers initialised before either CTA copies into or arrives on them
+
+  if (is_consumer()) {
+    take_consumer_regs();
+    int stage = 0;
+    uint32_t phase = 0, parity = 0;
+    float p0[kTileN / 8][4], p1[kTileN / 8][4];
+    for (int u = first; u < units; u += stride, parity ^= 1)
+      consume_tile(sm, tid / 128 - 1, k_blocks, stage, phase, parity, p0, p1);
+  } else {
+    give_up_regs();
+    const int e = epilogue_index();
+    if (tid == 0) {
+      copy_tiles(sm, map_x, first, units, stride, k_blocks, rank, source);
+    } else if (e >= 0) {
+      uint32_t parity = 0;
+      for (int u = first; u < units; u += stride, parity ^= 1) epilogue(e, u, parity);
+    }
+  }
+  // No CTA leaves while its peer may still copy into its shared memory or arrive on its barriers.
+  cluster_sync();
+}
+
 // ---- host ----
 
 using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
