@@ -204,6 +204,7 @@ class Pair {
                f32);
   }
   Vec got(const Buf& b) { return get(*gpu_, b.gpu); }
+  Vec got(View gpu_view) { return get(*gpu_, gpu_view); }  // a GPU-only view
   Vec ref(const Buf& b) { return get(*cpu_, b.cpu); }
 
  private:
