@@ -189,6 +189,16 @@ class Ops {
                    int heads_k, int heads_v, int dim_k, int dim_v, GdnForm form) = 0;
   // out = rmsnorm(o) * w * silu(z) per row of o/z [R, Dv] (no unit offset), w [1, Dv].
   virtual void gated_rmsnorm(View o, View z, View w, View out, double eps) = 0;
+  // gated_rmsnorm with its gate z = h . w_z^T [R, Hv * Dv] made here, per head of Dv = w.size()
+  // columns: o and out [R, Hv * Dv], h [R, K], w_z [Hv * Dv, K]. By default matmul (z in
+  // scratch) then gated_rmsnorm; a backend may fuse them (CUDA: the norm in the product's
+  // epilogue, z never written), rounding as these steps do.
+  virtual void z_gated_rmsnorm(View o, View h, View w_z, View w, View out, double eps) {
+    View z = scratch(h.rows, w_z.rows);
+    matmul(h, w_z, z);
+    const int64_t D = w.size();
+    gated_rmsnorm(o.reshaped(D), z.reshaped(D), w, out.reshaped(D), eps);
+  }
 
   // ---- readout ----
   // out[m] = h[select_out[m]] . w[select_ids[m]] for the Stream's select entries; h [R, H],

@@ -59,6 +59,17 @@ cudaError_t gdn_gates(const bf16* ab, const bf16* A_log, const bf16* dt_bias, fl
 // out = rmsnorm(o) * w * silu(z) per row of [rows, dim]; w plain (not 1 + w).
 cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream);
+// gated_rmsnorm with its gate computed in the same GEMM (z_gated_rmsnorm.cu): z = h . w_z^T,
+// then per head of head_dim columns out = rmsnorm(o) * w * silu(z), z rounded to bf16 first as
+// the product's output would be. h [M, K], w_z [Vd, K], o and out [M, Vd], w [head_dim].
+// z_gated_rmsnorm_supported says whether the kernel takes these (head_dim 128, 16-byte
+// alignment, Vd a multiple of 256, K of 8, w_z within 24 MB); otherwise run matmul and
+// gated_rmsnorm.
+bool z_gated_rmsnorm_supported(const void* h, const void* w_z, const void* o, const void* w,
+                               const void* out, int64_t Vd, int64_t K, int64_t head_dim);
+cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const bf16* w, bf16* out,
+                            int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
+                            cudaStream_t stream);
 // out[m] = dot(h[select_out[m]], w[select_ids[m]]) in fp32; h [R, H], w [V, H].
 cudaError_t select_logits(const bf16* h, const bf16* w, const int32_t* select_out,
                           const int32_t* select_ids, float* out, int64_t M, int64_t H,

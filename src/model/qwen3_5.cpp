@@ -285,11 +285,8 @@ class Qwen35Model final : public Model {
       hz = ops_.scratch(R, H);
       ops_.gather_rows(h, hz);
     }
-    View z = ops_.scratch(hz.rows, Vd);
-    ops_.matmul(hz, w.in_z, z);
     View normed = ops_.scratch(hz.rows, Vd);
-    ops_.gated_rmsnorm(o.reshaped(Dv), z.reshaped(Dv), w.norm, normed.reshaped(Dv),
-                       cfg_.rms_norm_eps);
+    ops_.z_gated_rmsnorm(o, hz, w.in_z, w.norm, normed, cfg_.rms_norm_eps);
     ops_.matmul_add(normed, w.out, x);
   }
 

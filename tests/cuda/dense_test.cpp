@@ -1,7 +1,7 @@
 // Token-wise ops and the readout on the CUDA backend against the CPU float64 backend, on the
 // same bf16-exact random inputs (cuda_test_util.h): embed, rmsnorm, matmul and matmul_add
-// (cuBLASLt, bf16 and f32 outputs, odd and badly aligned shapes), swiglu, silu_mul, sigmoid_mul,
-// gather_rows, select_logits. Outputs start as NaN on both sides.
+// (cuBLASLt, bf16 and f32 outputs, odd and badly aligned shapes), swiglu, z_gated_rmsnorm,
+// silu_mul, sigmoid_mul, gather_rows, select_logits. Outputs start as NaN on both sides.
 #include "kernels/dense.h"
 
 #include <cmath>
@@ -214,6 +214,70 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSwiglu,
                          [](const auto& info) {
                            return cat(info.param.M, "x", info.param.N, "x", info.param.K);
                          });
+
+// ---- z_gated_rmsnorm ----
+
+struct GateNormShape {
+  int64_t M, heads, head_dim, K;
+};
+void PrintTo(const GateNormShape& s, std::ostream* os) {
+  *os << "M " << s.M << " heads " << s.heads << " x " << s.head_dim << " K " << s.K;
+}
+
+class CudaZGatedNorm : public CudaTestWithParam<GateNormShape> {};
+
+// The fused GEMM where it takes the shape (heads of 128, Vd a multiple of 256, K of 8, 16-byte
+// aligned rows), matmul and gated_rmsnorm elsewhere; the test checks which one ran (the GPU's
+// profile). z's rounding to bf16 and the output's, against the float64 reference: under
+// kTolBf16; the fused outputs against the GPU's two steps: the same bits.
+TEST_P(CudaZGatedNorm, MatchesReferenceAndTwoSteps) {
+  const auto [M, heads, D, K] = GetParam();
+  const int64_t Vd = heads * D;
+  std::mt19937 gen{std::random_device{}()};
+  Pair p;
+  Ops& gpu = p.gpu();
+  auto h = p.put(M, K, random_floats(gen, M * K, -1, 1));
+  const double scale = 3.0 / std::sqrt(double(K));  // z of order 1-3: silu's bend and tails
+  auto wz = p.put(Vd, K, random_floats(gen, Vd * K, -scale, scale));
+  auto o = p.put(M, Vd, random_floats(gen, M * Vd, -2, 1));
+  auto w = p.put(1, D, random_floats(gen, D, 0.5, 1.5));
+  for (const int64_t from : {int64_t(0), int64_t(1)}) {  // h and o one row on
+    if (from >= M) break;
+    const auto hs = h.rows_from(from), os = o.rows_from(from);
+    auto out = p.poison(M - from, Vd);
+    const bool fused = kernels::z_gated_rmsnorm_supported(hs.gpu.data, wz.gpu.data, os.gpu.data,
+                                                          w.gpu.data, out.gpu.data, Vd, K, D);
+    EXPECT_EQ(fused, D == 128 && Vd % 256 == 0 && K % 8 == 0)
+        << "M " << M << " Vd " << Vd << " K " << K;
+    const auto ran =
+        ops_run(gpu, [&] { gpu.z_gated_rmsnorm(os.gpu, hs.gpu, wz.gpu, w.gpu, out.gpu, 1e-6); });
+    const std::set<std::string> expected = fused ? std::set<std::string>{"z_gated_rmsnorm"}
+                                                 : std::set<std::string>{"matmul", "gated_rmsnorm"};
+    EXPECT_EQ(ran, expected);
+    p.cpu().z_gated_rmsnorm(os.cpu, hs.cpu, wz.cpu, w.cpu, out.cpu, 1e-6);
+    const std::string context = cat("M ", M - from, " Vd ", Vd, " K ", K);
+    expect_rms(fused ? "z_gated_rmsnorm (fused)" : "z_gated_rmsnorm (two steps)", p.got(out),
+               p.ref(out), kTolBf16, context);
+    if (!fused) continue;
+    View z = gpu.scratch(M - from, Vd), two = gpu.alloc(M - from, Vd);
+    gpu.matmul(hs.gpu, wz.gpu, z);
+    gpu.gated_rmsnorm(os.gpu.reshaped(D), z.reshaped(D), w.gpu, two.reshaped(D), 1e-6);
+    Vec two_host(size_t(two.size()));
+    gpu.download(two, two_host.data());
+    expect_exact("z_gated_rmsnorm (fused against two steps)", p.got(out), two_host, context);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaZGatedNorm,
+    ::testing::Values(GateNormShape{1, 16, 128, 1024}, GateNormShape{130, 2, 128, 200},
+                      GateNormShape{300, 16, 128, 1024},
+                      // 96 tile pairs for ~66 clusters, 5 k-blocks on a ring of 3 stages
+                      GateNormShape{3000, 8, 128, 264}, GateNormShape{257, 3, 128, 72},
+                      GateNormShape{33, 4, 64, 40}, GateNormShape{9, 2, 128, 29}),
+    [](const auto& info) {
+      return cat(info.param.M, "x", info.param.heads, "x", info.param.head_dim, "x", info.param.K);
+    });
 
 // ---- elementwise ----
 

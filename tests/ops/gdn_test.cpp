@@ -1,8 +1,8 @@
 // Gated DeltaNet ops against float64 loops: gdn_conv (conv + SiLU, split, q/k L2 norm),
-// gdn_gates, the delta rule in both forms, gated_rmsnorm. Conv and delta rule run level by level
-// over tree streams (the model's call pattern) and are compared with an independent run of every
-// root-to-node path as one sequence, from zero (or the test's initial window / state), on the
-// node's rows and on the window / state each node with children leaves in its slot.
+// gdn_gates, the delta rule in both forms, gated_rmsnorm, z_gated_rmsnorm. Conv and delta rule run
+// level by level over tree streams (the model's call pattern) and are compared with an independent
+// run of every root-to-node path as one sequence, from zero (or the test's initial window / state),
+// on the node's rows and on the window / state each node with children leaves in its slot.
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -328,6 +328,35 @@ TEST_P(GatedNormTest, NormThenGate) {
       ref.push_back(w[d] * (o[r * dim + d] * inv) * silu_ref(z[r * dim + d]));
   }
   expect_close("gated_rmsnorm", dtype, dev.get(out), ref, tol(dtype));
+}
+
+// Ops' default z_gated_rmsnorm: the gate z = h . w_z^T, then the norm per head of dim columns.
+TEST_P(GatedNormTest, GateProductThenNorm) {
+  const auto [dtype, rows, dim] = GetParam();
+  constexpr int kHeads = 3, K = 7;
+  const int vd = kHeads * dim;
+  std::mt19937 gen(fresh_seed(uint32_t(rows * 19 + dim + int(dtype))));
+  const auto o = random_floats(gen, rows * vd, -2, 1), h = random_floats(gen, rows * K, -2, 2);
+  const auto wz = random_floats(gen, vd * K, -1, 1), w = random_floats(gen, dim, -1.5, 1.5);
+  const double eps = 1e-6;
+  Device dev(dtype);
+  View out = dev.poison(rows, vd);
+  dev.ops().z_gated_rmsnorm(dev.put(rows, vd, o), dev.put(rows, K, h), dev.put(vd, K, wz),
+                            dev.put(1, dim, w), out, eps);
+  Vec ref;
+  for (int r = 0; r < rows; ++r)
+    for (int head = 0; head < kHeads; ++head) {
+      const float* oh = &o[r * vd + head * dim];
+      double sum_sq = 0;
+      for (int d = 0; d < dim; ++d) sum_sq += double(oh[d]) * oh[d];
+      const double inv = 1.0 / std::sqrt(sum_sq / dim + eps);
+      for (int d = 0; d < dim; ++d) {
+        double z = 0;
+        for (int k = 0; k < K; ++k) z += double(h[r * K + k]) * wz[(head * dim + d) * K + k];
+        ref.push_back(w[d] * (oh[d] * inv) * silu_ref(z));
+      }
+    }
+  expect_close("z_gated_rmsnorm", dtype, dev.get(out), ref, tol(dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, GatedNormTest,

@@ -284,6 +284,29 @@ void CudaOps::gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q,
   }
 }
 
+// One GEMM (kernels::z_gated_rmsnorm) where the kernel takes the shapes, else Ops' matmul and
+// gated_rmsnorm; the same bits either way. Batch-invariant by construction, like swiglu's.
+void CudaOps::z_gated_rmsnorm(View o, View h, View w_z, View w, View out, double eps) {
+  const int64_t M = h.rows, K = h.cols, Vd = w_z.rows, D = w.size();
+  FLIDE_CHECK(w_z.cols == K && o.rows == M && out.rows == M && o.cols == Vd && out.cols == Vd &&
+                  D > 0 && Vd % D == 0,
+              "cuda z_gated_rmsnorm: o [", o.rows, ", ", o.cols, "] h [", M, ", ", K, "] w_z [", Vd,
+              ", ", w_z.cols, "] w ", D, " out [", out.rows, ", ", out.cols, "]");
+  FLIDE_CHECK(!overlaps(out, h) && !overlaps(out, o),
+              "cuda z_gated_rmsnorm: out may not share memory with h or o");
+  const bf16* hp = as_bf16(h, "z_gated_rmsnorm", "h");
+  const bf16* zp = as_bf16(w_z, "z_gated_rmsnorm", "w_z");
+  const bf16* op = as_bf16(o, "z_gated_rmsnorm", "o");
+  const bf16* wp = as_bf16(w, "z_gated_rmsnorm", "w");
+  bf16* outp = as_bf16(out, "z_gated_rmsnorm", "out");
+  if (!kernels::z_gated_rmsnorm_supported(hp, zp, op, wp, outp, Vd, K, D))
+    return Ops::z_gated_rmsnorm(o, h, w_z, w, out, eps);
+  if (M == 0) return;
+  if (!op_begin_shaped({o, h, w_z, w, out}, {}, M, Vd, K)) return;
+  launched(kernels::z_gated_rmsnorm(hp, zp, op, wp, outp, M, Vd, K, D, float(eps), stream_),
+           "z_gated_rmsnorm");
+}
+
 void CudaOps::gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) {
   const int64_t Hv = g.cols;
   FLIDE_CHECK(ab.cols == 2 * Hv && g.rows == ab.rows && beta.rows == ab.rows && beta.cols == Hv &&

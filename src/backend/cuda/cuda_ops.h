@@ -10,8 +10,9 @@
 //   stream_upload.cpp  set_stream: validates the round's Stream, uploads its arrays and builds
 //                      the two tree-attention plans (Rows_all, Rows_out) in one pinned copy
 //   gemm.cpp           matmul, matmul_add (cuBLASLt, descriptors and heuristics cached per shape)
-//   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace); swiglu
-//                      and gdn_qkv_conv run their fused GEMMs where the kernels take the shapes
+//   cuda_ops.cpp       the other ops, one launcher each (and the delta rule's workspace); swiglu,
+//                      gdn_qkv_conv and z_gated_rmsnorm run their fused GEMMs where the kernels
+//                      take the shapes
 //   profiler.cpp       set_profiling / profile_report: per-op GPU time (profiler.h)
 //   graphs.cpp         set_graphs: one CUDA graph per capacity bucket of padded rounds
 //
@@ -104,6 +105,7 @@ class CudaOps final : public Ops {
 
   void gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v, int dim_k,
                     double eps, int n_levels) override;
+  void z_gated_rmsnorm(View o, View h, View w_z, View w, View out, double eps) override;
   void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
                 int level) override;
   void gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) override;

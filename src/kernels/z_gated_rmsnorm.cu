@@ -1,0 +1,145 @@
+// The GDN layer's gate product and its gated norm in one GEMM (tma_gemm.cuh):
+// out = rmsnorm(o) * w * silu(h Wz^T) per value head of 128 values.
+//
+// Why: unfused, the product writes z (Vd bf16 a row) and gated_rmsnorm reads o and z back and
+// writes out: z's round trip and a pass of its own (on the 0.8B model, 2.8 + 2.0 ms of a
+// QuALITY round of 4). Here the norm runs in the GEMM's epilogue warps beside the next tile's
+// products, and z never leaves the SM. (With the epilogue in the consumers and 128-column tiles
+// the fusion had gained nothing: bench/results/2026-11-30-swiglu-gemm.md, call 8.)
+//
+// Rounding is the unfused path's, bit for bit: z rounded to bf16 as the product's output was,
+// then gated_rmsnorm's steps (norms.cu) for a 128-wide row: 16 lanes a head, 8 values each, the
+// squares of o summed in fp32 in the lane's order and then by the same butterfly, rsqrt(mean +
+// eps), w * (o * s) * (z * sigmoid(z)), one rounding to bf16.
+//
+// Tiles: a tile pair's 256 columns are two heads (CTA 0 copies the first weight tile, CTA 1 the
+// second); a warp's 32 lanes hold one row of both, 8 values each. The epilogue's seven warps
+// each walk a seventh of the tile's 128 rows, loading the next row's o while they compute one.
+#include "kernels/bf16x8.cuh"
+#include "kernels/dense.h"
+#include "kernels/tma_gemm.cuh"
+
+namespace flide::kernels {
+namespace {
+
+using namespace tma_gemm;
+using detail::load_raw;
+using detail::Raw;
+
+constexpr int kHeadDim = kTileN;  // a head is a tile's columns
+constexpr int kPairCols = 2 * kTileN;
+constexpr int kVec = 8;                         // values a lane: one 16-byte access
+constexpr int kLanesPerHead = kHeadDim / kVec;  // the norm's lane group
+constexpr int kEpilogueWarps = kEpilogueThreads / 32;
+constexpr int kRowsPerWarp = (kTileM + kEpilogueWarps - 1) / kEpilogueWarps;
+// The gate's weight (Vd K bf16) up to this size stays in L2 beside the x row strips in flight
+// (row-major tile order; the 0.8B model's is 4 MB).
+constexpr int64_t kMaxWeightBytes = int64_t(24) << 20;
+
+struct NormArgs {
+  const bf16* o;  // [M, Vd]
+  const bf16* w;  // [128]
+  bf16* out;      // [M, Vd]
+  int M, Vd;
+  float eps;
+};
+
+// The epilogue warps on one tile pair's staged z: rows [m0, m0 + 128), columns [n0, n0 + 256).
+__device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a, int e, int m0,
+                                              int n0, uint32_t parity) {
+  const int warp = e / 32, lane = e % 32;
+  const int head = lane / kLanesPerHead, col = (lane % kLanesPerHead) * kVec;
+  const int64_t c = n0 + head * kHeadDim + col;  // this lane's first column
+  const uint32_t staged = sm.staged + uint32_t(head) * kOutBytes;
+  float wv[kVec];
+  {
+    const Raw<kVec> raw = load_raw<kVec>(a.w + col);
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) wv[v] = detail::raw_at(raw, v);
+  }
+  const int i_begin = warp * kRowsPerWarp;
+  const int i_end = min(min(kTileM, i_begin + kRowsPerWarp), a.M - m0);
+  auto o_row = [&](int i) {  // o of tile row i (rows past M: not read)
+    return i < i_end ? load_raw<kVec>(a.o + (m0 + i) * int64_t(a.Vd) + c) : Raw<kVec>{};
+  };
+  Raw<kVec> next = o_row(i_begin);  // loads before the wait: they overlap the products
+  bar_wait(sm.staged_full, parity);
+  for (int i = i_begin; i < i_end; ++i) {
+    const Raw<kVec> o_raw = next;
+    next = o_row(i + 1);
+    Raw<kVec> z_raw;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(z_raw.h[0]), "=r"(z_raw.h[1]), "=r"(z_raw.h[2]), "=r"(z_raw.h[3])
+                 : "r"(wgmma::swizzled(staged, kTileM, i, col)));
+    float ov[kVec], sum_sq = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      ov[v] = detail::raw_at(o_raw, v);
+      sum_sq = fmaf(ov[v], ov[v], sum_sq);
+    }
+    sum_sq = detail::group_sum_lanes(sum_sq, kLanesPerHead);
+    const float s = detail::rms_scale(sum_sq, kHeadDim, a.eps);
+    float y[kVec];
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      const float zv = detail::raw_at(z_raw, v);
+      y[v] = wv[v] * (ov[v] * s) * (zv * detail::sigmoid_fast(zv));
+    }
+    detail::store8(a.out + (m0 + i) * int64_t(a.Vd) + c, kVec, true, y);
+  }
+  epilogue_sync();  // every warp done reading the staging tile
+  if (e == 0) bar_arrive(sm.staged_empty);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    z_gated_rmsnorm_kernel(const __grid_constant__ CUtensorMap map_h,
+                           const __grid_constant__ CUtensorMap map_wz, const NormArgs a, int K) {
+  extern __shared__ unsigned char smem_raw[];
+  const Smem sm = Smem::carve(smem_raw);
+  const uint32_t rank = cluster_rank();
+  const int tiles_n = a.Vd / kPairCols;
+  const int units = (a.M + kCluster * kTileM - 1) / (kCluster * kTileM) * tiles_n;
+  auto m0_of = [&](int u) { return (u / tiles_n * kCluster + int(rank)) * kTileM; };
+  run_units(
+      sm, &map_h, units, (K + kBlockK - 1) / kBlockK, rank,
+      [&](int u) {
+        return TileSource{m0_of(u), &map_wz, u % tiles_n * kPairCols + int(rank) * kTileN};
+      },
+      [&](int e, int u, uint32_t parity) {
+        norm_epilogue(sm, a, e, m0_of(u), u % tiles_n * kPairCols, parity);
+      });
+}
+
+}  // namespace
+
+bool z_gated_rmsnorm_supported(const void* h, const void* w_z, const void* o, const void* w,
+                               const void* out, int64_t Vd, int64_t K, int64_t head_dim) {
+  return head_dim == kHeadDim && detail::aligned16(h) && detail::aligned16(w_z) &&
+         detail::aligned16(o) && detail::aligned16(w) && detail::aligned16(out) &&
+         Vd % kPairCols == 0 && K > 0 && K % 8 == 0 && 2 * Vd * K <= kMaxWeightBytes;
+}
+
+cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const bf16* w, bf16* out,
+                            int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
+                            cudaStream_t stream) {
+  if (M == 0 || Vd == 0) return cudaSuccess;
+  // The kernel's row arithmetic is int: M plus a tile pair must fit.
+  if (!z_gated_rmsnorm_supported(h, w_z, o, w, out, Vd, K, head_dim) ||
+      M > INT32_MAX - kCluster * kTileM || Vd > INT32_MAX)
+    return cudaErrorInvalidValue;
+  NormArgs a;
+  a.o = o;
+  a.w = w;
+  a.out = out;
+  a.M = int(M);
+  a.Vd = int(Vd);
+  a.eps = eps;
+  CUtensorMap map_h, map_wz;
+  cudaError_t err = tile_map(map_h, h, M, K);
+  if (err == cudaSuccess) err = tile_map(map_wz, w_z, Vd, K);
+  if (err != cudaSuccess) return err;
+  const int64_t units = (M + kCluster * kTileM - 1) / (kCluster * kTileM) * (Vd / kPairCols);
+  return launch<z_gated_rmsnorm_kernel>(units, stream, map_h, map_wz, a, int(K));
+}
+
+}  // namespace flide::kernels
