@@ -28,8 +28,7 @@ cudaError_t silu_mul(const bf16* gate, const bf16* up, bf16* out, int64_t n, cud
 // out = silu(x . w_gate^T) * (x . w_up^T), the MLP's gate, up and SwiGLU in one Hopper GEMM
 // (swiglu_gemm.cu), rounded as the three steps unfused: x [M, K], w_gate and w_up [N, K], out
 // [M, N]. swiglu_gemm_supported says whether the kernel takes these pointers and sizes (16-byte
-// alignment, N a multiple of 128, K of 8, both weights within 24 MB); otherwise run the two
-// matmuls and silu_mul.
+// alignment, N a multiple of 128, K of 8); otherwise run the two matmuls and silu_mul.
 bool swiglu_gemm_supported(const void* x, const void* w_gate, const void* w_up, const void* out,
                            int64_t N, int64_t K);
 cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf16* out, int64_t M,
@@ -63,8 +62,7 @@ cudaError_t gated_rmsnorm(const bf16* o, const bf16* z, const bf16* w, bf16* out
 // then per head of head_dim columns out = rmsnorm(o) * w * silu(z), z rounded to bf16 first as
 // the product's output would be. h [M, K], w_z [Vd, K], o and out [M, Vd], w [head_dim].
 // z_gated_rmsnorm_supported says whether the kernel takes these (head_dim 128, 16-byte
-// alignment, Vd a multiple of 256, K of 8, w_z within 24 MB); otherwise run matmul and
-// gated_rmsnorm.
+// alignment, Vd a multiple of 256, K of 8); otherwise run matmul and gated_rmsnorm.
 bool z_gated_rmsnorm_supported(const void* h, const void* w_z, const void* o, const void* w,
                                const void* out, int64_t Vd, int64_t K, int64_t head_dim);
 cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const bf16* w, bf16* out,

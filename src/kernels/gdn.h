@@ -59,8 +59,8 @@ cudaError_t gdn_conv(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat
 // gdn_conv(x w_qkv^T, ...) with the product rounded to bf16 as a matmul would store it; x [T, H],
 // w_qkv [C, H], the rest as gdn_conv with K = 4. gdn_qkv_conv_supported says whether the kernel
 // takes these pointers and sizes (16-byte alignment, dim_k = 128, C a multiple of 256, H of 8,
-// the weight within 24 MB, K = 4). No node of the level may read and write the same window slot
-// (the caller runs such levels unfused).
+// K = 4). No node of the level may read and write the same window slot (the caller runs such
+// levels unfused).
 bool gdn_qkv_conv_supported(const void* x, const void* w_qkv, const void* w_conv,
                             const void* window, const void* q, const void* k, const void* v,
                             int64_t H, int heads_k, int dim_k, int64_t value_dim, int K);

@@ -48,10 +48,6 @@ constexpr int kVec = 8;                         // channels a lane: one 16-byte 
 constexpr int kLanesPerHead = kHeadDim / kVec;  // the norm's lane group
 constexpr int kEpilogueWarps = kEpilogueThreads / 32;
 constexpr int kRowsPerWarp = (kRowsOut + kEpilogueWarps - 1) / kEpilogueWarps;
-// The projection's weight (C H bf16) up to this size stays in L2 beside the x row strips in
-// flight (row-major tile order; the 0.8B model's is 12.6 MB).
-constexpr int64_t kMaxWeightBytes = int64_t(24) << 20;
-
 struct ConvArgs {
   const bf16* w_conv;  // [C, 4]
   bf16* window;        // [slots, 3 C]
@@ -151,24 +147,23 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
 
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_qkv_conv_kernel(const __grid_constant__ CUtensorMap map_x,
-                        const __grid_constant__ CUtensorMap map_w, const ConvArgs a, int H) {
+                        const __grid_constant__ CUtensorMap map_w, const ConvArgs a, int H,
+                        int group) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
   const uint32_t rank = cluster_rank();
   const LevelRows rows(a);
   const int tiles_m = (rows.end - rows.first + kRowsOut - 1) / kRowsOut;
-  const int tiles_n = a.C / kPairCols;
-  const int units = (tiles_m + kCluster - 1) / kCluster * tiles_n;
-  auto row0_of = [&](int u) {
-    return rows.first + (u / tiles_n * kCluster + int(rank)) * kRowsOut;
-  };
+  const int pairs = (tiles_m + kCluster - 1) / kCluster, tiles_n = a.C / kPairCols;
+  const UnitOrder order{pairs, tiles_n, group};
+  auto row0_of = [&](int u) { return rows.first + (order(u).x * kCluster + int(rank)) * kRowsOut; };
   run_units(
-      sm, &map_x, units, (H + kBlockK - 1) / kBlockK, rank,
+      sm, &map_x, pairs * tiles_n, (H + kBlockK - 1) / kBlockK, rank,
       [&](int u) {
-        return TileSource{row0_of(u) - kHalo, &map_w, u % tiles_n * kPairCols + int(rank) * kTileN};
+        return TileSource{row0_of(u) - kHalo, &map_w, order(u).y * kPairCols + int(rank) * kTileN};
       },
       [&](int e, int u, uint32_t parity) {
-        conv_epilogue(sm, a, e, row0_of(u), rows.end, u % tiles_n * kPairCols, parity);
+        conv_epilogue(sm, a, e, row0_of(u), rows.end, order(u).y * kPairCols, parity);
       });
 }
 
@@ -181,7 +176,7 @@ bool gdn_qkv_conv_supported(const void* x, const void* w_qkv, const void* w_conv
   const int64_t C = 2 * int64_t(heads_k) * dim_k + value_dim;
   return aligned(x) && aligned(w_qkv) && aligned(w_conv) && aligned(window) && aligned(q) &&
          aligned(k) && aligned(v) && K == kConvK && dim_k == kHeadDim && heads_k > 0 &&
-         value_dim > 0 && C % kPairCols == 0 && H > 0 && H % 8 == 0 && 2 * C * H <= kMaxWeightBytes;
+         value_dim > 0 && C % kPairCols == 0 && H > 0 && H % 8 == 0;
 }
 
 cudaError_t gdn_qkv_conv(const bf16* x, const bf16* w_qkv, const bf16* w_conv, bf16* window,
@@ -213,7 +208,8 @@ cudaError_t gdn_qkv_conv(const bf16* x, const bf16* w_qkv, const bf16* w_conv, b
   // on the device).
   const int64_t units =
       ((T + kRowsOut - 1) / kRowsOut + kCluster - 1) / kCluster * (a.C / kPairCols);
-  return launch<gdn_qkv_conv_kernel>(units, stream, map_x, map_w, a, int(H));
+  return launch<gdn_qkv_conv_kernel>(units, stream, map_x, map_w, a, int(H),
+                                     unit_group(2 * int64_t(a.C) * H));
 }
 
 }  // namespace flide::kernels

@@ -12,11 +12,10 @@
 // invariance, with no plan pinning).
 //
 // Layout (tma_gemm.cuh): each cluster walks pairs of output tiles (two row tiles of 128 rows,
-// one a CTA, x one column tile of 128) in row-major order: the ~5 row strips in flight share
-// their x tiles through L2, and both weights stay there (swiglu_gemm_supported). The two weight
-// tiles of a k-block are the gate's (copied by CTA 0) and the up's (CTA 1); the epilogue warps
-// compute SwiGLU on the staged gate and up, into gate's place, and send the tile out with bulk
-// tensor stores.
+// one a CTA, x one column tile of 128) in row-major order, or in groups of row pairs where the
+// weights are too large to stay in L2 (UnitOrder). The two weight tiles of a k-block are the gate's
+// (copied by CTA 0) and the up's (CTA 1); the epilogue warps compute SwiGLU on the staged gate and
+// up, into gate's place, and send the tile out with bulk tensor stores.
 //
 // Measured against cuBLASLt's pair of products and silu_mul (bench/swiglu_gemm.cu): bitwise the
 // same outputs on the H200; with the epilogue in the consumers, 11% less time at full clock and
@@ -35,12 +34,6 @@ namespace flide::kernels {
 namespace {
 
 using namespace tma_gemm;
-
-// Both weights (2 N K bf16) up to this size stay in L2 beside the x row strips in flight. Larger
-// ones (the 4B model's 94 MB) would stream from memory for every row strip in row-major order;
-// a grouped order beat cuBLASLt there (bench/results/2026-11-30-swiglu-gemm.md, call 9) but has
-// not run through the GPU tests yet, so those shapes stay on the unfused path.
-constexpr int64_t kMaxWeightBytes = int64_t(24) << 20;
 
 // The epilogue threads (e): SwiGLU on the staged gate and up, 16-byte units at a time (the swizzle
 // moves whole units, so gate's and up's units at one offset hold the same elements), into gate's
@@ -85,20 +78,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     swiglu_gemm_kernel(const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ CUtensorMap map_gate,
                        const __grid_constant__ CUtensorMap map_up,
-                       const __grid_constant__ CUtensorMap map_out, int M, int N, int K) {
+                       const __grid_constant__ CUtensorMap map_out, int M, int N, int K,
+                       int group) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
   const uint32_t rank = cluster_rank();
-  const int tiles_n = N / kTileN;
-  const int units = (M + kCluster * kTileM - 1) / (kCluster * kTileM) * tiles_n;
-  auto m0_of = [&](int u) { return (u / tiles_n * kCluster + int(rank)) * kTileM; };
+  const int pairs = (M + kCluster * kTileM - 1) / (kCluster * kTileM), tiles_n = N / kTileN;
+  const UnitOrder order{pairs, tiles_n, group};
+  auto m0_of = [&](int u) { return (order(u).x * kCluster + int(rank)) * kTileM; };
+  auto n0_of = [&](int u) { return order(u).y * kTileN; };
   run_units(
-      sm, &map_x, units, (K + kBlockK - 1) / kBlockK, rank,
+      sm, &map_x, pairs * tiles_n, (K + kBlockK - 1) / kBlockK, rank,
       [&](int u) {
-        return TileSource{m0_of(u), rank == 0 ? &map_gate : &map_up, u % tiles_n * kTileN};
+        return TileSource{m0_of(u), rank == 0 ? &map_gate : &map_up, n0_of(u)};
       },
       [&](int e, int u, uint32_t parity) {
-        swiglu_epilogue(sm, &map_out, e, m0_of(u), u % tiles_n * kTileN, parity);
+        swiglu_epilogue(sm, &map_out, e, m0_of(u), n0_of(u), parity);
       });
   // The output's last bulk stores finish before the CTA does.
   if (epilogue_index() == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -110,7 +105,7 @@ bool swiglu_gemm_supported(const void* x, const void* w_gate, const void* w_up, 
                            int64_t N, int64_t K) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return aligned(x) && aligned(w_gate) && aligned(w_up) && aligned(out) && N % kTileN == 0 &&
-         K % 8 == 0 && 4 * N * K <= kMaxWeightBytes;
+         K % 8 == 0;
 }
 
 cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf16* out, int64_t M,
@@ -128,7 +123,7 @@ cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf1
   if (err != cudaSuccess) return err;
   const int64_t units = (M + kCluster * kTileM - 1) / (kCluster * kTileM) * (N / kTileN);
   return launch<swiglu_gemm_kernel>(units, stream, map_x, map_gate, map_up, map_out, int(M), int(N),
-                                    int(K));
+                                    int(K), unit_group(4 * N * K));
 }
 
 }  // namespace flide::kernels

@@ -143,6 +143,30 @@ __device__ __forceinline__ int epilogue_index() {
   return tid < 32 ? -1 : tid < 128 ? tid - 32 : tid - 384 + 96;
 }
 
+// The walk over units (a unit: a pair of row tiles, one a CTA, x one column tile): in groups of
+// `group` row pairs, each group column tile by column tile, each column row pair by row pair.
+// group 1 is row-major: the ~5 row strips the grid has in flight share their x tiles through L2,
+// and the weights stay there when they fit beside them (up to kL2WeightBytes). Larger weights
+// would stream from memory for every row strip; in groups of kGroupRows row pairs a weight tile
+// is read once for all of them (the 4B model's MLP: 3-13% faster than cuBLASLt that way, row-major
+// slower; bench/results/2026-11-30-swiglu-gemm.md, call 9).
+constexpr int64_t kL2WeightBytes = int64_t(24) << 20;
+constexpr int kGroupRows = 8;
+inline int unit_group(int64_t weight_bytes) {
+  return weight_bytes <= kL2WeightBytes ? 1 : kGroupRows;
+}
+struct UnitOrder {
+  int pairs;    // row pairs
+  int tiles_n;  // column tiles
+  int group;    // unit_group
+  // {row pair, column tile} of unit u.
+  __device__ int2 operator()(int u) const {
+    const int per_group = group * tiles_n, g = u / per_group, within = u % per_group;
+    const int rows_here = min(group, pairs - g * group);
+    return make_int2(g * group + within % rows_here, within / rows_here);
+  }
+};
+
 // Shared memory: the ring, the staging tile (product 0, then product 1), the ring's full and
 // empty barriers, the staging tile's full and empty barriers. The same offsets in both CTAs of
 // a cluster (the multicast copies and remote arrivals rely on it).

@@ -32,9 +32,6 @@ constexpr int kVec = 8;                         // values a lane: one 16-byte ac
 constexpr int kLanesPerHead = kHeadDim / kVec;  // the norm's lane group
 constexpr int kEpilogueWarps = kEpilogueThreads / 32;
 constexpr int kRowsPerWarp = (kTileM + kEpilogueWarps - 1) / kEpilogueWarps;
-// The gate's weight (Vd K bf16) up to this size stays in L2 beside the x row strips in flight
-// (row-major tile order; the 0.8B model's is 4 MB).
-constexpr int64_t kMaxWeightBytes = int64_t(24) << 20;
 
 struct NormArgs {
   const bf16* o;  // [M, Vd]
@@ -93,21 +90,21 @@ __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a,
 
 __global__ void __launch_bounds__(kThreads, 1)
     z_gated_rmsnorm_kernel(const __grid_constant__ CUtensorMap map_h,
-                           const __grid_constant__ CUtensorMap map_wz, const NormArgs a, int K) {
+                           const __grid_constant__ CUtensorMap map_wz, const NormArgs a, int K,
+                           int group) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
   const uint32_t rank = cluster_rank();
-  const int tiles_n = a.Vd / kPairCols;
-  const int units = (a.M + kCluster * kTileM - 1) / (kCluster * kTileM) * tiles_n;
-  auto m0_of = [&](int u) { return (u / tiles_n * kCluster + int(rank)) * kTileM; };
+  const int pairs = (a.M + kCluster * kTileM - 1) / (kCluster * kTileM);
+  const UnitOrder order{pairs, a.Vd / kPairCols, group};
+  auto m0_of = [&](int u) { return (order(u).x * kCluster + int(rank)) * kTileM; };
+  auto n0_of = [&](int u) { return order(u).y * kPairCols; };
   run_units(
-      sm, &map_h, units, (K + kBlockK - 1) / kBlockK, rank,
+      sm, &map_h, pairs * order.tiles_n, (K + kBlockK - 1) / kBlockK, rank,
       [&](int u) {
-        return TileSource{m0_of(u), &map_wz, u % tiles_n * kPairCols + int(rank) * kTileN};
+        return TileSource{m0_of(u), &map_wz, n0_of(u) + int(rank) * kTileN};
       },
-      [&](int e, int u, uint32_t parity) {
-        norm_epilogue(sm, a, e, m0_of(u), u % tiles_n * kPairCols, parity);
-      });
+      [&](int e, int u, uint32_t parity) { norm_epilogue(sm, a, e, m0_of(u), n0_of(u), parity); });
 }
 
 }  // namespace
@@ -116,7 +113,7 @@ bool z_gated_rmsnorm_supported(const void* h, const void* w_z, const void* o, co
                                const void* out, int64_t Vd, int64_t K, int64_t head_dim) {
   return head_dim == kHeadDim && detail::aligned16(h) && detail::aligned16(w_z) &&
          detail::aligned16(o) && detail::aligned16(w) && detail::aligned16(out) &&
-         Vd % kPairCols == 0 && K > 0 && K % 8 == 0 && 2 * Vd * K <= kMaxWeightBytes;
+         Vd % kPairCols == 0 && K > 0 && K % 8 == 0;
 }
 
 cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const bf16* w, bf16* out,
@@ -139,7 +136,8 @@ cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const
   if (err == cudaSuccess) err = tile_map(map_wz, w_z, Vd, K);
   if (err != cudaSuccess) return err;
   const int64_t units = (M + kCluster * kTileM - 1) / (kCluster * kTileM) * (Vd / kPairCols);
-  return launch<z_gated_rmsnorm_kernel>(units, stream, map_h, map_wz, a, int(K));
+  return launch<z_gated_rmsnorm_kernel>(units, stream, map_h, map_wz, a, int(K),
+                                        unit_group(2 * Vd * K));
 }
 
 }  // namespace flide::kernels

@@ -209,7 +209,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSwiglu,
                                            MatmulShape{300, 3584, 1024},
                                            // 120 tile pairs for ~66 clusters: several tiles a
                                            // CTA, each starting mid-ring (5 k-blocks, 3 stages)
-                                           MatmulShape{3000, 1280, 264}, MatmulShape{7, 96, 40},
+                                           MatmulShape{3000, 1280, 264},
+                                           // the 4B model's MLP: 94 MB of weights, grouped order
+                                           MatmulShape{600, 9216, 2560}, MatmulShape{7, 96, 40},
                                            MatmulShape{37, 130, 29}, MatmulShape{5, 256, 36}),
                          [](const auto& info) {
                            return cat(info.param.M, "x", info.param.N, "x", info.param.K);
@@ -274,7 +276,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GateNormShape{300, 16, 128, 1024},
                       // 96 tile pairs for ~66 clusters, 5 k-blocks on a ring of 3 stages
                       GateNormShape{3000, 8, 128, 264}, GateNormShape{257, 3, 128, 72},
-                      GateNormShape{33, 4, 64, 40}, GateNormShape{9, 2, 128, 29}),
+                      GateNormShape{33, 4, 64, 40}, GateNormShape{9, 2, 128, 29},
+                      // a 26 MB gate weight: units in groups of 8 row pairs, the last one short
+                      GateNormShape{2500, 32, 128, 3200}),
     [](const auto& info) {
       return cat(info.param.M, "x", info.param.heads, "x", info.param.head_dim, "x", info.param.K);
     });

@@ -186,17 +186,21 @@ TEST_P(CudaQkvConv, MatchesReferenceAndUnfused) {
 
 // Fused: the 0.8B/2B layer (16 key heads of 128, Vd 2048, H 1024), a narrower one with a tile
 // pair across q | k (3 key heads: C = 1280, Kd 384) and a hidden size that is not a multiple of
-// the 64-wide k-block (H 200). Unfused: key heads of 16 (the test checkpoints).
-INSTANTIATE_TEST_SUITE_P(Trees, CudaQkvConv,
-                         ::testing::Combine(::testing::ValuesIn(qkv_conv_trees()),
-                                            ::testing::Values(QkvConvShape{16, 128, 2048, 1024},
-                                                              QkvConvShape{3, 128, 512, 200},
-                                                              QkvConvShape{2, 16, 96, 64})),
-                         [](const auto& info) {
-                           const QkvConvShape c = std::get<1>(info.param);
-                           return cat(std::get<0>(info.param).name, "_h", c.heads_k, "x", c.dim_k,
-                                      "v", c.value_dim, "H", c.H);
-                         });
+// the 64-wide k-block (H 200), and one whose weight (26 MB) takes the grouped tile order.
+// Unfused: key heads of 16 (the test checkpoints).
+INSTANTIATE_TEST_SUITE_P(
+    Trees, CudaQkvConv,
+    ::testing::Combine(::testing::ValuesIn(qkv_conv_trees()),
+                       ::testing::Values(QkvConvShape{16, 128, 2048, 1024},
+                                         QkvConvShape{3, 128, 512, 200},
+                                         // a weight past L2's share (26 MB): grouped order
+                                         QkvConvShape{8, 128, 3072, 2560},
+                                         QkvConvShape{2, 16, 96, 64})),
+    [](const auto& info) {
+      const QkvConvShape c = std::get<1>(info.param);
+      return cat(std::get<0>(info.param).name, "_h", c.heads_k, "x", c.dim_k, "v", c.value_dim, "H",
+                 c.H);
+    });
 
 // ---- gates ----
 
