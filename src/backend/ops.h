@@ -156,6 +156,19 @@ class Ops {
   // heads_kv*hd].
   virtual void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                          int head_dim, double scale) = 0;
+  // The query side, attention and the output gate: out = attention(q) * sigmoid(gate) with q and
+  // gate from qg as attention_query makes them (norm q_norm, the query's RoPE and eps), k and v
+  // ready. By default those three ops (q and gate in scratch); a backend may fuse them (CUDA:
+  // the gate applied in the attention's store, never copied out), rounding as these steps do.
+  virtual void gated_attention(View qg, View q_norm, View k, View v, View out, Rows which,
+                               int heads_q, int heads_kv, int head_dim, int rot_dim, double theta,
+                               double eps, double scale) {
+    const int64_t C = int64_t(heads_q) * head_dim;
+    View q = scratch(qg.rows, C), gate = scratch(qg.rows, C);
+    attention_query(qg, q_norm, q, gate, which, heads_q, head_dim, rot_dim, theta, eps);
+    attention(q, k, v, out, which, heads_q, heads_kv, head_dim, scale);
+    sigmoid_mul(out, gate);
+  }
 
   // ---- Gated DeltaNet ----
   // Depthwise causal conv (kernel K = w.cols, no bias) + SiLU over the C = x.cols = 2 Kd + Vd

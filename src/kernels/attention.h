@@ -50,9 +50,12 @@ size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t
 // the tree the plan was built from. n_tiles may be any upper bound of the plan's tile count (e.g.
 // attention_max_tiles(R, n_nodes) for a fixed launch shape under graph capture): CTAs past the
 // plan's count return at once. A row's result depends only on its own path (see attention.cu).
+// qg (optional): attention_query's input [R, heads_q * 2 * hd], per head [query | gate], 4-byte
+// aligned; the output is then attention * sigmoid(gate), rounded as sigmoid_mul would round it.
 cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
-                           int heads_kv, int head_dim, float scale, cudaStream_t stream);
+                           int heads_kv, int head_dim, float scale, cudaStream_t stream,
+                           const __nv_bfloat16* qg = nullptr);
 
 }  // namespace flide::kernels

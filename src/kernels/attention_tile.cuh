@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/bf16x8.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/mma_bf16.cuh"
 
@@ -46,6 +47,9 @@ struct Params {
   int group;     // heads_q / heads_kv
   int n_chunks;  // CTAs per (tile, kv head)
   float scale_log2;
+  // nullptr, or attention_query's qg [R, heads_q * 2 * hd] (per head [query | gate]): the output
+  // is then multiplied by sigmoid(gate) in the store.
+  const bf16* qg = nullptr;
 };
 
 using detail::cp_async16;
@@ -294,7 +298,8 @@ __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN
 }
 
 // out = O / l for the thread's two rows (columns 8 dn + 2 t, + 1 of each n-tile below HD), rounded
-// to bf16 once; unused packed rows are not stored.
+// to bf16 once; unused packed rows are not stored. With p.qg, that bf16 value times sigmoid(gate)
+// is stored instead, rounded once more, as sigmoid_mul would make it.
 template <int HD, int kDimTiles>
 __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPair rp,
                                            const RowTable& rows, const Params& p, int quad_t) {
@@ -310,6 +315,26 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
     if (r < 0) continue;
     const float l = h ? rp.l1 : rp.l0, inv = l > 0.f ? 1.f / l : 0.f;
     bf16* dst = p.out + int64_t(r) * q_stride + int64_t(rows.qh[row]) * HD + 2 * quad_t;
+    if (p.qg) {
+      // Every gate pair is loaded before the first store: the compiler cannot tell that out and
+      // qg do not overlap, and would keep each load behind the store before it.
+      const bf16* gate =
+          p.qg + int64_t(r) * 2 * q_stride + int64_t(rows.qh[row]) * 2 * HD + HD + 2 * quad_t;
+      __nv_bfloat162 g[kDimTiles];
+#pragma unroll
+      for (int dn = 0; dn < kDimTiles; ++dn)
+        if (dn * 8 < HD) g[dn] = *reinterpret_cast<const __nv_bfloat162*>(gate + dn * 8);
+#pragma unroll
+      for (int dn = 0; dn < kDimTiles; ++dn) {
+        if (dn * 8 >= HD) continue;
+        const float2 y =
+            __bfloat1622float2(__floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv));
+        const float2 gf = __bfloat1622float2(g[dn]);
+        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) = __floats2bfloat162_rn(
+            y.x * detail::sigmoid_fast(gf.x), y.y * detail::sigmoid_fast(gf.y));
+      }
+      continue;
+    }
 #pragma unroll
     for (int dn = 0; dn < kDimTiles; ++dn)
       if (dn * 8 < HD)

@@ -307,9 +307,6 @@ class Qwen35Model final : public Model {
     const int64_t Rq = hq.rows;
     View qg = ops_.scratch(Rq, int64_t(nh) * 2 * hd);
     ops_.matmul(hq, w.q, qg);
-    View q = ops_.scratch(Rq, int64_t(nh) * hd), gate = ops_.scratch(Rq, int64_t(nh) * hd);
-    ops_.attention_query(qg, w.q_norm, q, gate, which, nh, hd, rot, cfg_.rope_theta,
-                         cfg_.rms_norm_eps);
 
     View k = ops_.scratch(T, int64_t(nkv) * hd), v = ops_.scratch(T, int64_t(nkv) * hd);
     ops_.matmul(h, w.k, k);
@@ -317,8 +314,8 @@ class Qwen35Model final : public Model {
     ops_.attention_key(k, w.k_norm, nkv, hd, rot, cfg_.rope_theta, cfg_.rms_norm_eps);
 
     View attn = ops_.scratch(Rq, int64_t(nh) * hd);
-    ops_.attention(q, k, v, attn, which, nh, nkv, hd, 1.0 / std::sqrt(double(hd)));
-    ops_.sigmoid_mul(attn, gate);
+    ops_.gated_attention(qg, w.q_norm, k, v, attn, which, nh, nkv, hd, rot, cfg_.rope_theta,
+                         cfg_.rms_norm_eps, 1.0 / std::sqrt(double(hd)));
     ops_.matmul_add(attn, w.o, x);
   }
 

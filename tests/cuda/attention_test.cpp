@@ -2,8 +2,11 @@
 // norm, partial NeoX RoPE; all rows and out rows), the key side, and tree attention over the shared
 // tree shapes (roots, children, grandchildren; node lengths 1, 63, 64, 65, 130, 200) with head dims
 // 16/24/32/64/128/256 and grouped KV heads, for every row (Rows_all, the plan over the whole
-// stream) and for the out rows (Rows_out, the last layer's selective readout).
+// stream) and for the out rows (Rows_out, the last layer's selective readout); and gated attention
+// (the query side, attention and the output gate, the gate applied in the attention's store).
 #include <random>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -120,6 +123,62 @@ INSTANTIATE_TEST_SUITE_P(
       return cat(std::get<0>(info.param).name, "_q", a.heads_q, "_kv", a.heads_kv, "_hd",
                  a.head_dim);
     });
+
+// ---- gated attention: the query side, attention and the output gate ----
+
+class CudaGatedAttention : public CudaTestWithParam<std::tuple<TreeCase, SideShape>> {};
+
+// The query side without its gate copy and the attention with the gate in its store, for every
+// head dim. Against the float64 reference: under kTolBf16 (the three ops' roundings). Against
+// the GPU's three ops (attention_query, attention, sigmoid_mul): the same bits, for every row
+// and for the out rows.
+TEST_P(CudaGatedAttention, MatchesReferenceAndThreeOps) {
+  const auto& [tree, shape] = GetParam();
+  const auto [hq, hkv, hd, rot, theta] = shape;
+  std::mt19937 gen{std::random_device{}()};
+  Stream s = build_stream(tree.nodes, tree.n_initial_slots, gen);
+  s.out_rows = pick_out_rows(s, gen, 0.1);
+  const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size());
+  const int64_t Cq = int64_t(hq) * hd, Ckv = int64_t(hkv) * hd;
+  const double scale = 1.0 / std::sqrt(double(hd)), eps = 1e-6;
+  Pair p;
+  p.set_stream(s);
+  Ops& gpu = p.gpu();
+  auto norm = p.put(1, hd, random_floats(gen, hd, -0.5, 0.5));
+  auto k = p.put(T, Ckv, random_floats(gen, T * Ckv, -2, 2));
+  auto v = p.put(T, Ckv, random_floats(gen, T * Ckv, -1, 1));
+  for (Rows which : {Rows::Rows_all, Rows::Rows_out}) {
+    const int64_t rows = which == Rows::Rows_all ? T : R;
+    const std::string context = cat(tree.name, " hq ", hq, " hkv ", hkv, " hd ", hd, " rot ", rot,
+                                    which == Rows::Rows_all ? " all rows" : " out rows");
+    auto qg = p.put(rows, 2 * Cq, random_floats(gen, rows * 2 * Cq, -2, 2));
+    auto out = p.poison(rows, Cq);
+    const auto ran = ops_run(gpu, [&] {
+      gpu.gated_attention(qg.gpu, norm.gpu, k.gpu, v.gpu, out.gpu, which, hq, hkv, hd, rot, theta,
+                          eps, scale);
+    });
+    EXPECT_EQ(ran, std::set<std::string>{"gated_attention"}) << context;
+    p.cpu().gated_attention(qg.cpu, norm.cpu, k.cpu, v.cpu, out.cpu, which, hq, hkv, hd, rot, theta,
+                            eps, scale);
+    expect_rms("gated_attention", p.got(out), p.ref(out), kTolBf16, context);
+    View q = gpu.alloc(rows, Cq), gate = gpu.alloc(rows, Cq), three = gpu.alloc(rows, Cq);
+    gpu.attention_query(qg.gpu, norm.gpu, q, gate, which, hq, hd, rot, theta, eps);
+    gpu.attention(q, k.gpu, v.gpu, three, which, hq, hkv, hd, scale);
+    gpu.sigmoid_mul(three, gate);
+    expect_exact("gated_attention (fused against three ops)", p.got(out), p.got(three), context);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Trees, CudaGatedAttention,
+                         ::testing::Combine(::testing::ValuesIn(tree_cases()),
+                                            ::testing::Values(SideShape{8, 2, 256, 64, 1e7},
+                                                              SideShape{4, 1, 256, 256, 1e4},
+                                                              SideShape{4, 2, 64, 16, 1e7})),
+                         [](const auto& info) {
+                           const SideShape a = std::get<1>(info.param);
+                           return cat(std::get<0>(info.param).name, "_q", a.heads, "_kv",
+                                      a.heads_kv, "_hd", a.head_dim, "_rot", a.rot_dim);
+                         });
 
 }  // namespace
 }  // namespace flide::test

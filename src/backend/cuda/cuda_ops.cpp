@@ -213,6 +213,47 @@ void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_
            "attention");
 }
 
+// attention_query's pass without its gate copy, then the attention with the gate in its store
+// (sigmoid_mul's rounding): the gate halves are read once, where they are used.
+void CudaOps::gated_attention(View qg, View q_norm, View k, View v, View out, Rows which,
+                              int heads_q, int heads_kv, int head_dim, int rot_dim, double theta,
+                              double eps, double scale) {
+  need_stream("gated_attention");
+  check_rope_dims("gated_attention", head_dim, rot_dim);
+  const int64_t hd = head_dim, R = rows_of(which);
+  FLIDE_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, "cuda gated_attention: heads ", heads_q,
+              " / ", heads_kv);
+  FLIDE_CHECK(hd == 16 || hd == 24 || hd == 32 || hd == 64 || hd == 128 || hd == 256,
+              "cuda gated_attention: head_dim ", hd, " (supported: 16, 24, 32, 64, 128, 256)");
+  FLIDE_CHECK(qg.rows == R && out.rows == R && qg.cols == heads_q * 2 * hd &&
+                  out.cols == heads_q * hd && q_norm.size() == hd,
+              "cuda gated_attention: qg [", qg.rows, ", ", qg.cols, "] out [", out.rows, ", ",
+              out.cols, "] norm ", q_norm.size(), " rows ", R, " heads ", heads_q, " hd ", hd);
+  FLIDE_CHECK(
+      k.rows == meta_.n_tokens && v.rows == k.rows && k.cols == heads_kv * hd && v.cols == k.cols,
+      "cuda gated_attention: k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols, "] tokens ",
+      meta_.n_tokens);
+  FLIDE_CHECK(!overlaps(out, qg), "cuda gated_attention: out may not share memory with qg");
+  const bf16* qgp = as_bf16(qg, "gated_attention", "qg");
+  const bf16* np = as_bf16(q_norm, "gated_attention", "q_norm");
+  const bf16* kp = as_bf16(k, "gated_attention", "k");
+  const bf16* vp = as_bf16(v, "gated_attention", "v");
+  bf16* op = as_bf16(out, "gated_attention", "out");
+  if (R == 0) return;
+  View q = scratch(R, out.cols);
+  bf16* qp = as_bf16(q, "gated_attention", "q");
+  const bool all = which == Rows::Rows_all;
+  if (!op_begin({qg, q_norm, k, v, out}, {int64_t(which), heads_q, heads_kv, rot_dim})) return;
+  cudaError_t err = kernels::attention_prep(qgp, qg.cols, 2 * hd, qp, nullptr, np, meta_.positions,
+                                            rows_ptr(which), R, heads_q, head_dim, rot_dim,
+                                            float(eps), float(theta), stream_);
+  if (err == cudaSuccess)
+    err = kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
+                                  all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
+                                  heads_q, heads_kv, head_dim, float(scale), stream_, qgp);
+  launched(err, "gated_attention");
+}
+
 // ---- Gated DeltaNet ----
 
 void CudaOps::gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,

@@ -102,6 +102,9 @@ class CudaOps final : public Ops {
                      double eps) override;
   void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                  int head_dim, double scale) override;
+  void gated_attention(View qg, View q_norm, View k, View v, View out, Rows which, int heads_q,
+                       int heads_kv, int head_dim, int rot_dim, double theta, double eps,
+                       double scale) override;
 
   void gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v, int dim_k,
                     double eps, int n_levels) override;
