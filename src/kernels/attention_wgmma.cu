@@ -17,6 +17,7 @@
 
 #include "kernels/attention_tile.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace flide::kernels::attention_detail {
@@ -27,7 +28,10 @@ constexpr uint32_t kQBytes = kM * kHd * 2;                   // 64 KB
 constexpr uint32_t kKVBytes = kN * kHd * 2;                  // 32 KB: K or V of one stage
 constexpr uint32_t kStageBytes = 2 * kKVBytes;               // K then V
 constexpr uint32_t kQChunk = kM * 128, kKVChunk = kN * 128;  // bytes of one 64-column chunk
-constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + RowTable::kBytes;
+// After the row table: each stage's full barrier (its copies have landed) and empty barrier
+// (every thread is done with it).
+constexpr size_t kBarrierBytes = 4 * sizeof(uint64_t);
+constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + RowTable::kBytes + kBarrierBytes;
 static_assert(kM == 128 && kThreads == 256, "two warpgroups of 64 packed rows");
 
 __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const Params p) {
@@ -38,9 +42,17 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
   const uint32_t sQ = base, sKV = base + kQBytes;
   int* table = reinterpret_cast<int*>(smem + kQBytes + 2 * kStageBytes);
   const RowTable rows = RowTable::carve(table);
+  const uint32_t bars = smem_u32(table) + uint32_t(RowTable::kBytes);
+  auto full = [&](int stage) { return bars + 8u * uint32_t(stage); };
+  auto empty = [&](int stage) { return bars + 16u + 8u * uint32_t(stage); };
 
   int kvh = 0, parent = -1;
   if (!load_row_table(p, rows, kvh, parent)) return;
+  if (threadIdx.x == 0)
+    for (int st = 0; st < 2; ++st) {
+      detail::bar_init(full(st), kThreads);
+      detail::bar_init(empty(st), kThreads);
+    }
   __syncthreads();
   const int tid = int(threadIdx.x);
   load_q_rows<kHd>(p, rows, tid, [&](int m, int c) { return wgmma::swizzled(sQ, kM, m, c); });
@@ -61,22 +73,23 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
         p, kvh, b, tid, [&](int row, int c) { return wgmma::swizzled(at, kN, row, c); }, kKVBytes);
   };
 
-  // The walk over two K/V stages with one barrier a block: block b's O += P V is left in flight
-  // through the wait for block b + 1's copies and that barrier, and retired just before it, so
-  // the barrier also says that every warpgroup is done with block b's stage. Block b + 2's
-  // copies into it go out once block b + 1's S is in registers; their lead time is that block's
-  // softmax and P V.
+  // The walk over two K/V stages, handed between the threads by barriers a stage (not one
+  // barrier a block for the CTA, which kept the two warpgroups in step, so that one's softmax
+  // never ran beside the other's products): a stage is full once every thread's copies into it
+  // have landed, and empty once every thread has retired the products that read it. Block b's
+  // O += P V stays in flight until the next block's turn; block b + 1's copies go out right
+  // behind block b's S, once block b - 1's stage is empty.
   Cursor cur = path_cursor(p, parent);
   KeyBlock blk;
   bool have = next_block(cur, p, rows.lo, rows.hi, blk);
   if (have) load_stage(0, blk);
-  cp_async_commit();  // Q and stage 0
+  detail::bar_arrive_copies(full(0));  // Q and stage 0
   bool first = true;
-  for (int stage = 0; have; stage ^= 1) {
+  for (int b = 0, stage = 0; have; ++b, stage ^= 1) {
     wgmma::wait<0>();  // block b - 1's P V
-    cp_async_wait<0>();
+    if (b > 0) detail::bar_arrive(empty(stage ^ 1));
+    detail::bar_wait(full(stage), uint32_t(b >> 1) & 1u);
     wgmma::fence_async_shared();
-    __syncthreads();  // block b has landed, block b - 1's stage is free, for every thread
     const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;
 
     // S = Q K^T: 16 k-steps of the head dim, 4 per 64-column chunk.
@@ -92,11 +105,15 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
 #pragma unroll
     for (int ks = 1; ks < kHd / 16; ++ks) s_step(std::true_type{}, ks);
     wgmma::commit();
-    wgmma::wait<0>();
+    // The next block's copies go out while the tensor cores make S.
     KeyBlock next;
     const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
-    if (have_next) load_stage(stage ^ 1, next);
-    cp_async_commit();
+    if (have_next) {
+      if (b > 0) detail::bar_wait(empty(stage ^ 1), uint32_t((b - 1) >> 1) & 1u);
+      load_stage(stage ^ 1, next);
+      detail::bar_arrive_copies(full(stage ^ 1));
+    }
+    wgmma::wait<0>();
 
     rescale(o, softmax_block(s, rp, blk, p.scale_log2, quad_t));
     // O += P V: 4 k-steps of the block's keys, each over the 4 64-column chunks of the head dim.

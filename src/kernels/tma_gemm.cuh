@@ -36,6 +36,7 @@
 
 #include "kernels/cp_async.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace flide::kernels::tma_gemm {
@@ -59,15 +60,12 @@ constexpr uint32_t kStagedBytes = 2 * kOutBytes;  // the two products (64 KB: 3 
 constexpr size_t kSmemBytes =
     1024 + kStages * kStageBytes + kStagedBytes + (2 * kStages + 2) * sizeof(uint64_t);
 
-__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
+using detail::bar_arrive;
+using detail::bar_init;
+using detail::bar_wait;
 __device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // Arrive on the barrier at the same offset in cluster CTA `cta`. (No cluster-scope release: the
 // arrival orders only the consumer's reads of the stage, which wgmma's wait has retired. With
@@ -77,14 +75,6 @@ __device__ __forceinline__ void bar_arrive_cluster(uint32_t bar, uint32_t cta) {
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
       "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(cta)
-      : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(bar),
-      "r"(parity)
       : "memory");
 }
 // Every thread of the cluster. Not .aligned: the copier's first thread arrives after its

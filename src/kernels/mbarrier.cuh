@@ -1,0 +1,29 @@
+// Shared-memory barriers (mbarrier, sm_90) as the kernels that hand stages between threads use
+// them: tma_gemm.cuh's copier, consumers and epilogue; the hd-256 attention's stages.
+#pragma once
+
+#include <cstdint>
+
+namespace flide::kernels::detail {
+
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// An arrival that happens once every cp.async this thread issued before it has landed (the
+// barrier's count includes it: .noinc).
+__device__ __forceinline__ void bar_arrive_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+}  // namespace flide::kernels::detail
