@@ -1,7 +1,7 @@
 // Tree attention for head dim 256 on Hopper warpgroup MMA. The same plan, grid, key-block order,
 // masks and online softmax as the mma.sync kernel (attention.cu), and the same numerics (bf16
 // products, fp32 accumulation, P rounded to bf16); the two products move to wgmma, and the walk
-// keeps a block's P V in flight into the next block (one barrier a block, below).
+// keeps a block's P V in flight into the next block, its stages handed on by barriers (below).
 //
 // Why: at hd 256 the mma.sync kernel's eight warps each read the whole K and V block from shared
 // memory through ldmatrix, so shared-memory bandwidth caps it near 280 TFLOP/s. Here each
@@ -11,8 +11,9 @@
 // instead of once per 16.
 //
 // Shared memory (1024-byte aligned, wgmma.cuh's 128-byte swizzle): Q [kM rows][256] (64 KB),
-// then two stages of K and V [kN keys][256] (32 KB each), then the row table. Q and K are read
-// K-major (k = the head dim, contiguous), V MN-major (n = the head dim, contiguous).
+// then two stages of K and V [kN keys][256] (32 KB each), then the row table and the stages'
+// barriers. Q and K are read K-major (k = the head dim, contiguous), V MN-major (n = the head
+// dim, contiguous).
 #include <type_traits>
 
 #include "kernels/attention_tile.cuh"
