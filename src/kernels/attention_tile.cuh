@@ -315,31 +315,27 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
     if (r < 0) continue;
     const float l = h ? rp.l1 : rp.l0, inv = l > 0.f ? 1.f / l : 0.f;
     bf16* dst = p.out + int64_t(r) * q_stride + int64_t(rows.qh[row]) * HD + 2 * quad_t;
+    // With a gate, every gate pair is loaded before the first store: the compiler cannot tell
+    // that out and qg do not overlap, and would keep each load behind the store before it.
+    __nv_bfloat162 g[kDimTiles];
     if (p.qg) {
-      // Every gate pair is loaded before the first store: the compiler cannot tell that out and
-      // qg do not overlap, and would keep each load behind the store before it.
       const bf16* gate =
           p.qg + int64_t(r) * 2 * q_stride + int64_t(rows.qh[row]) * 2 * HD + HD + 2 * quad_t;
-      __nv_bfloat162 g[kDimTiles];
 #pragma unroll
       for (int dn = 0; dn < kDimTiles; ++dn)
         if (dn * 8 < HD) g[dn] = *reinterpret_cast<const __nv_bfloat162*>(gate + dn * 8);
-#pragma unroll
-      for (int dn = 0; dn < kDimTiles; ++dn) {
-        if (dn * 8 >= HD) continue;
-        const float2 y =
-            __bfloat1622float2(__floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv));
-        const float2 gf = __bfloat1622float2(g[dn]);
-        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) = __floats2bfloat162_rn(
-            y.x * detail::sigmoid_fast(gf.x), y.y * detail::sigmoid_fast(gf.y));
-      }
-      continue;
     }
 #pragma unroll
-    for (int dn = 0; dn < kDimTiles; ++dn)
-      if (dn * 8 < HD)
-        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
-            __floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
+    for (int dn = 0; dn < kDimTiles; ++dn) {
+      if (dn * 8 >= HD) continue;
+      __nv_bfloat162 y = __floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
+      if (p.qg) {
+        const float2 yf = __bfloat1622float2(y), gf = __bfloat1622float2(g[dn]);
+        y = __floats2bfloat162_rn(yf.x * detail::sigmoid_fast(gf.x),
+                                  yf.y * detail::sigmoid_fast(gf.y));
+      }
+      *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) = y;
+    }
   }
 }
 

@@ -40,6 +40,20 @@ void check_rope_dims(const char* op, int head_dim, int rot_dim) {
               "), rot_dim ", rot_dim, " (even, at most head_dim)");
 }
 
+// What the tree-attention kernels take (kernels/attention.h): grouped heads, a head dim they are
+// built for, and k, v [n_tokens, heads_kv * head_dim].
+void check_attention_kv(const char* op, View k, View v, int64_t n_tokens, int heads_q, int heads_kv,
+                        int head_dim) {
+  const int64_t hd = head_dim;
+  FLIDE_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, "cuda ", op, ": heads ", heads_q, " / ",
+              heads_kv);
+  FLIDE_CHECK(hd == 16 || hd == 24 || hd == 32 || hd == 64 || hd == 128 || hd == 256, "cuda ", op,
+              ": head_dim ", hd, " (supported: 16, 24, 32, 64, 128, 256)");
+  FLIDE_CHECK(k.rows == n_tokens && v.rows == k.rows && k.cols == heads_kv * hd && v.cols == k.cols,
+              "cuda ", op, ": k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols,
+              "] tokens ", n_tokens);
+}
+
 }  // namespace
 
 void CudaOps::need_stream(const char* op) const {
@@ -189,17 +203,10 @@ void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_
                         int head_dim, double scale) {
   need_stream("attention");
   const int64_t hd = head_dim, R = rows_of(which);
-  FLIDE_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, "cuda attention: heads ", heads_q, " / ",
-              heads_kv);
-  FLIDE_CHECK(hd == 16 || hd == 24 || hd == 32 || hd == 64 || hd == 128 || hd == 256,
-              "cuda attention: head_dim ", hd, " (supported: 16, 24, 32, 64, 128, 256)");
+  check_attention_kv("attention", k, v, meta_.n_tokens, heads_q, heads_kv, head_dim);
   FLIDE_CHECK(q.rows == R && out.rows == R && q.cols == heads_q * hd && out.cols == q.cols,
               "cuda attention: q [", q.rows, ", ", q.cols, "] out [", out.rows, ", ", out.cols,
               "] rows ", R);
-  FLIDE_CHECK(
-      k.rows == meta_.n_tokens && v.rows == k.rows && k.cols == heads_kv * hd && v.cols == k.cols,
-      "cuda attention: k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols, "] tokens ",
-      meta_.n_tokens);
   const bf16* qp = as_bf16(q, "attention", "q");
   const bf16* kp = as_bf16(k, "attention", "k");
   const bf16* vp = as_bf16(v, "attention", "v");
@@ -221,18 +228,11 @@ void CudaOps::gated_attention(View qg, View q_norm, View k, View v, View out, Ro
   need_stream("gated_attention");
   check_rope_dims("gated_attention", head_dim, rot_dim);
   const int64_t hd = head_dim, R = rows_of(which);
-  FLIDE_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, "cuda gated_attention: heads ", heads_q,
-              " / ", heads_kv);
-  FLIDE_CHECK(hd == 16 || hd == 24 || hd == 32 || hd == 64 || hd == 128 || hd == 256,
-              "cuda gated_attention: head_dim ", hd, " (supported: 16, 24, 32, 64, 128, 256)");
+  check_attention_kv("gated_attention", k, v, meta_.n_tokens, heads_q, heads_kv, head_dim);
   FLIDE_CHECK(qg.rows == R && out.rows == R && qg.cols == heads_q * 2 * hd &&
                   out.cols == heads_q * hd && q_norm.size() == hd,
               "cuda gated_attention: qg [", qg.rows, ", ", qg.cols, "] out [", out.rows, ", ",
               out.cols, "] norm ", q_norm.size(), " rows ", R, " heads ", heads_q, " hd ", hd);
-  FLIDE_CHECK(
-      k.rows == meta_.n_tokens && v.rows == k.rows && k.cols == heads_kv * hd && v.cols == k.cols,
-      "cuda gated_attention: k [", k.rows, ", ", k.cols, "] v [", v.rows, ", ", v.cols, "] tokens ",
-      meta_.n_tokens);
   FLIDE_CHECK(!overlaps(out, qg), "cuda gated_attention: out may not share memory with qg");
   const bf16* qgp = as_bf16(qg, "gated_attention", "qg");
   const bf16* np = as_bf16(q_norm, "gated_attention", "q_norm");
