@@ -397,7 +397,7 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
     case 128:
       return launch<128>(p, g, stream);
     case 256:
-      return launch_wgmma_hd256(p, g, stream);
+      return launch_wgmma_hd256(p, meta.n_tokens, g, stream);
     default:
       return cudaErrorInvalidValue;
   }

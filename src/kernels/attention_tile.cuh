@@ -340,6 +340,8 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
 }
 
 // The hd 256 kernel (attention_wgmma.cu), on the same plan and grid as the mma.sync one.
-cudaError_t launch_wgmma_hd256(const Params& p, unsigned grid, cudaStream_t stream);
+// K and V are [n_tokens, heads_kv * 256].
+cudaError_t launch_wgmma_hd256(const Params& p, int64_t n_tokens, unsigned grid,
+                               cudaStream_t stream);
 
 }  // namespace flide::kernels::attention_detail

@@ -19,6 +19,7 @@
 #include "kernels/attention_tile.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/mbarrier.cuh"
+#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace flide::kernels::attention_detail {
@@ -35,7 +36,9 @@ constexpr size_t kBarrierBytes = 4 * sizeof(uint64_t);
 constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + RowTable::kBytes + kBarrierBytes;
 static_assert(kM == 128 && kThreads == 256, "two warpgroups of 64 packed rows");
 
-__global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    tree_attention_wgmma_kernel(const Params p, const __grid_constant__ CUtensorMap map_k,
+                                const __grid_constant__ CUtensorMap map_v) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -49,11 +52,13 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
 
   int kvh = 0, parent = -1;
   if (!load_row_table(p, rows, kvh, parent)) return;
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     for (int st = 0; st < 2; ++st) {
-      detail::bar_init(full(st), kThreads);
+      detail::bar_init(full(st), 1);
       detail::bar_init(empty(st), kThreads);
     }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
   __syncthreads();
   const int tid = int(threadIdx.x);
   load_q_rows<kHd>(p, rows, tid, [&](int m, int c) { return wgmma::swizzled(sQ, kM, m, c); });
@@ -67,30 +72,38 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
   // what it made.)
   float o[kHd / 8][4];
 
-  // A stage: K then V, each [kN keys][kHd] swizzled.
+  // A stage: K then V, each [kN keys][kHd] swizzled, as eight bulk tensor copies of [kN][64]
+  // issued by thread 0. Keys past the block's end are whatever rows follow (finite: every
+  // stream row has its K and V), or zeros past the stream's end; the mask gives them P = 0.
   auto load_stage = [&](int stage, const KeyBlock& b) {
     const uint32_t at = sKV + stage * kStageBytes;
-    load_kv_rows<kHd>(
-        p, kvh, b, tid, [&](int row, int c) { return wgmma::swizzled(at, kN, row, c); }, kKVBytes);
+    detail::bar_expect(full(stage), kStageBytes);
+#pragma unroll
+    for (int c = 0; c < kHd / 64; ++c) {
+      detail::tma_load(at + c * kKVChunk, &map_k, kvh * kHd + 64 * c, b.kb, full(stage));
+      detail::tma_load(at + kKVBytes + c * kKVChunk, &map_v, kvh * kHd + 64 * c, b.kb, full(stage));
+    }
   };
 
   // The walk over two K/V stages, handed between the threads by barriers a stage (not one
   // barrier a block for the CTA, which kept the two warpgroups in step, so that one's softmax
-  // never ran beside the other's products): a stage is full once every thread's copies into it
-  // have landed, and empty once every thread has retired the products that read it. Block b's
-  // O += P V stays in flight until the next block's turn; block b + 1's copies go out right
-  // behind block b's S, once block b - 1's stage is empty.
+  // never ran beside the other's products): a stage is full once its bytes have landed, and
+  // empty once every thread has retired the products that read it. Block b's O += P V stays in
+  // flight until the next block's turn; block b + 1's copies go out right behind block b's S,
+  // once block b - 1's stage is empty.
   Cursor cur = path_cursor(p, parent);
   KeyBlock blk;
   bool have = next_block(cur, p, rows.lo, rows.hi, blk);
-  if (have) load_stage(0, blk);
-  detail::bar_arrive_copies(full(0));  // Q and stage 0
+  if (have && tid == 0) load_stage(0, blk);
+  cp_async_commit();  // Q
+  cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  __syncthreads();  // Q, for every thread
   bool first = true;
   for (int b = 0, stage = 0; have; ++b, stage ^= 1) {
     wgmma::wait<0>();  // block b - 1's P V
     if (b > 0) detail::bar_arrive(empty(stage ^ 1));
     detail::bar_wait(full(stage), uint32_t(b >> 1) & 1u);
-    wgmma::fence_async_shared();
     const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;
 
     // S = Q K^T: 16 k-steps of the head dim, 4 per 64-column chunk.
@@ -109,10 +122,9 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
     // The next block's copies go out while the tensor cores make S.
     KeyBlock next;
     const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
-    if (have_next) {
+    if (have_next && tid == 0) {
       if (b > 0) detail::bar_wait(empty(stage ^ 1), uint32_t((b - 1) >> 1) & 1u);
       load_stage(stage ^ 1, next);
-      detail::bar_arrive_copies(full(stage ^ 1));
     }
     wgmma::wait<0>();
 
@@ -146,10 +158,15 @@ __global__ void __launch_bounds__(kThreads, 1) tree_attention_wgmma_kernel(const
 
 }  // namespace
 
-cudaError_t launch_wgmma_hd256(const Params& p, unsigned grid, cudaStream_t stream) {
-  const cudaError_t attr = detail::raise_smem_limit<tree_attention_wgmma_kernel, int(kSmemBytes)>();
-  if (attr != cudaSuccess) return attr;
-  tree_attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+cudaError_t launch_wgmma_hd256(const Params& p, int64_t n_tokens, unsigned grid,
+                               cudaStream_t stream) {
+  cudaError_t err = detail::raise_smem_limit<tree_attention_wgmma_kernel, int(kSmemBytes)>();
+  CUtensorMap map_k, map_v;
+  const int64_t cols = int64_t(p.heads_kv) * kHd;
+  if (err == cudaSuccess) err = detail::tile_map(map_k, p.k, n_tokens, cols, kN);
+  if (err == cudaSuccess) err = detail::tile_map(map_v, p.v, n_tokens, cols, kN);
+  if (err != cudaSuccess) return err;
+  tree_attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, map_k, map_v);
   return cudaGetLastError();
 }
 

@@ -37,6 +37,7 @@
 #include "kernels/cp_async.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/mbarrier.cuh"
+#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace flide::kernels::tma_gemm {
@@ -61,12 +62,11 @@ constexpr size_t kSmemBytes =
     1024 + kStages * kStageBytes + kStagedBytes + (2 * kStages + 2) * sizeof(uint64_t);
 
 using detail::bar_arrive;
+using detail::bar_expect;
 using detail::bar_init;
 using detail::bar_wait;
-__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
+using detail::tile_map;
+using detail::tma_load;
 // Arrive on the barrier at the same offset in cluster CTA `cta`. (No cluster-scope release: the
 // arrival orders only the consumer's reads of the stage, which wgmma's wait has retired. With
 // one, every arrival waited for the epilogue's stores and the kernel ran 40% slower.)
@@ -84,16 +84,6 @@ __device__ __forceinline__ void cluster_sync() {
 }
 __device__ __forceinline__ void epilogue_sync() {  // the epilogue's seven warps
   asm volatile("bar.sync 1, %0;\n" ::"n"(kEpilogueThreads) : "memory");
-}
-// Box (c0 = k, c1 = row) of `map` into shared memory at dst, completing on bar. Rows outside
-// the tensor (negative ones too) arrive as zeros.
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int c1,
-                                         uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-      "%3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
 }
 // The same box into dst of both CTAs of the cluster, completing on each one's bar.
 __device__ __forceinline__ void tma_load_both(uint32_t dst, const CUtensorMap* map, int c0, int c1,
@@ -312,45 +302,6 @@ __device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map
 }
 
 // ---- host ----
-
-using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
-
-// The driver's cuTensorMapEncodeTiled, found through the runtime (no link against libcuda), once
-// per process (a static's initialisation is thread-safe: backends of several devices may ask at
-// once).
-inline cudaError_t encoder(EncodeTiled& fn) {
-  struct Found {
-    cudaError_t err;
-    EncodeTiled fn;
-  };
-  static const Found found = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult result{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                             cudaEnableDefault, &result);
-    if (err != cudaSuccess) return Found{err, nullptr};
-    if (result != cudaDriverEntryPointSuccess || !p) return Found{cudaErrorNotSupported, nullptr};
-    return Found{cudaSuccess, reinterpret_cast<EncodeTiled>(p)};
-  }();
-  fn = found.fn;
-  return found.err;
-}
-
-// A row-major [rows, cols] bf16 matrix read in [128][64] boxes, 128-byte swizzled.
-inline cudaError_t tile_map(CUtensorMap& map, const __nv_bfloat16* p, int64_t rows, int64_t cols) {
-  EncodeTiled encode = nullptr;
-  if (const cudaError_t err = encoder(encode); err != cudaSuccess) return err;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {kBlockK, kTileM};
-  const cuuint32_t steps[2] = {1, 1};
-  std::memset(&map, 0, sizeof map);
-  const CUresult r =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims,
-             strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
 
 // The launch of a tma_gemm kernel over `units` tile pairs: as many clusters as fit at once (a
 // GPC's SMs pair up unevenly), at most one a unit.
