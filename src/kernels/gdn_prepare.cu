@@ -27,10 +27,10 @@
 // as row pairs (2t, 2t+1), an accumulator tile reused as an A fragment in registers (its lane
 // holds columns 2t, 2t+1 of its rows).
 //
-// Shared memory is four equal slots: Q, and a ring of three that are K, L and T in turn, so that
-// the next item's K and Q (and g, beta) load while this one writes T: Q's slot frees after P,
-// L's after the inverse (the next K goes there); this item's T slot is the next one's L, and its
-// K slot the next one's T.
+// Shared memory is six equal slots: K and Q of two items, L and T. The next item's K and Q (and
+// g, beta) load into the other pair while this item computes, from its first barrier on, so the
+// loads have a whole item to land (with them issued only behind the inverse, a block spent about
+// half of each item waiting on them).
 //
 // Chunk rows past a node's end (its last chunk may be short) are zeros in shared memory (k, q,
 // beta, g): they change neither the real rows' outputs nor the state, like HF's padding. Those
@@ -49,8 +49,11 @@ struct PrepCfg : Dims<DK, DV> {
   static constexpr int kBytesH = kChunk * D::kLdH * 2;  // bf16 [64][kLdH] K, Q
   static constexpr int kBytesC = kChunk * D::kLdC * 4;  // fp32 [64][kLdC] L, T
   static constexpr int kSlot = ((kBytesH > kBytesC ? kBytesH : kBytesC) + 127) / 128 * 128;
-  static constexpr int kQ = 3 * kSlot;                // after the ring of three slots
-  static constexpr int kRaw = kQ + kSlot;             // fp32 [2][2][64] g, beta of two items
+  static constexpr int kK = 0;                        // [2] bf16 keys of two items
+  static constexpr int kQ = 2 * kSlot;                // [2] bf16 queries of two items
+  static constexpr int kL = 4 * kSlot;                // fp32 L
+  static constexpr int kT = 5 * kSlot;                // fp32 T
+  static constexpr int kRaw = 6 * kSlot;              // fp32 [2][2][64] g, beta of two items
   static constexpr int kGam = kRaw + 4 * kChunk * 4;  // fp32 [64] in-chunk cumulative g
   static constexpr int kBytes = kGam + kChunk * 4;
 };
@@ -211,10 +214,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   using C = PrepCfg<DK, DV>;
   constexpr int kLdH = C::kLdH, kLdC = C::kLdC;
   extern __shared__ __align__(16) unsigned char smem[];
-  auto slot = [&](int i) { return smem + (i % 3) * C::kSlot; };  // the ring
-  bf16* Qs = reinterpret_cast<bf16*>(smem + C::kQ);              // [64][kLdH] queries
-  float* raw = reinterpret_cast<float*>(smem + C::kRaw);         // [2][g 64, beta 64]
-  float* gam_s = reinterpret_cast<float*>(smem + C::kGam);       // [64] cumulative g
+  float* Ls = reinterpret_cast<float*>(smem + C::kL);       // [64][kLdC] -A (strictly lower)
+  float* Ts = reinterpret_cast<float*>(smem + C::kT);       // [64][kLdC] (I + A)^-1, tf32, permuted
+  float* raw = reinterpret_cast<float*>(smem + C::kRaw);    // [2][g 64, beta 64]
+  float* gam_s = reinterpret_cast<float*>(smem + C::kGam);  // [64] cumulative g
+  // An item's keys and queries, [64][kLdH] each, by parity.
+  auto keys = [&](int par) { return reinterpret_cast<bf16*>(smem + C::kK + par * C::kSlot); };
+  auto queries = [&](int par) { return reinterpret_cast<bf16*>(smem + C::kQ + par * C::kSlot); };
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
@@ -226,9 +232,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     int head, kh, nrows;
     int64_t t0;  // first stream row
   };
-  // Loads an item's K (into kdst), Q, g and beta (into raw[par]), asynchronously; one group.
+  // Loads an item's K, Q, g and beta into the buffers of parity par, asynchronously; one group.
   // Warp 0's lane l loads rows 2l, 2l + 1 of g and beta: it scans them without a barrier.
-  auto prefetch = [&](int item, unsigned char* kdst, int par) {
+  auto prefetch = [&](int item, int par) {
     Item it;
     it.head = item % heads_v;
     it.kh = it.head / group;
@@ -236,9 +242,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     it.nrows = min(kChunk, meta.node_length[chunk.x] - chunk.y);
     it.t0 = int64_t(meta.node_offset[chunk.x]) + chunk.y;
     const int64_t qk0 = it.t0 * qk_ld + it.kh * DK;
-    load_tile<bf16, C::kVecK, C::kKp, kLdH>(reinterpret_cast<bf16*>(kdst), k + qk0, qk_ld, it.nrows,
-                                            DK);
-    load_tile<bf16, C::kVecK, C::kKp, kLdH>(Qs, q + qk0, qk_ld, it.nrows, DK);
+    load_tile<bf16, C::kVecK, C::kKp, kLdH>(keys(par), k + qk0, qk_ld, it.nrows, DK);
+    load_tile<bf16, C::kVecK, C::kKp, kLdH>(queries(par), q + qk0, qk_ld, it.nrows, DK);
     if (warp == 0) {
       float* gr = raw + par * 2 * kChunk;
 #pragma unroll
@@ -258,13 +263,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
 
   Item next{};
-  if (int(blockIdx.x) < items) next = prefetch(blockIdx.x, slot(0), 0);
+  if (int(blockIdx.x) < items) next = prefetch(blockIdx.x, 0);
   for (int item = blockIdx.x, iter = 0; item < items; item += gridDim.x, ++iter) {
     const Item cur = next;
     const int par = iter & 1;
-    bf16* Ks = reinterpret_cast<bf16*>(slot(iter));        // [64][kLdH] keys (prefetched)
-    float* Ls = reinterpret_cast<float*>(slot(iter + 1));  // [64][kLdC] -A (strictly lower)
-    float* Ts = reinterpret_cast<float*>(slot(iter + 2));  // [64][kLdC] (I + A)^-1, tf32, permuted
+    const bf16* Ks = keys(par);
+    const bf16* Qs = queries(par);
     const float* beta_s = raw + par * 2 * kChunk + kChunk;
     const int nrows = cur.nrows;
     const int64_t hrow = int64_t(cur.head) * T + cur.t0;  // workspace row of t0
@@ -288,6 +292,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (2 * lane + 1 < nrows) ws.gam[hrow + 2 * lane + 1] = gb;
     }
     __syncthreads();  // K, Q, beta, gamma visible; every warp is done with the previous item
+
+    // The next item's loads, into the buffers the previous item is done with.
+    const int next_item = item + int(gridDim.x);
+    if (next_item < items) next = prefetch(next_item, par ^ 1);
 
     // Phase B: K K^T -> Ls = -(beta_i k_i.k_j exp(gamma_i - gamma_j)) for j < i (0 elsewhere in
     // the computed tiles; nothing reads above the diagonal blocks).
@@ -377,10 +385,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             *reinterpret_cast<uint32_t*>(prow + j) = 0u;
       }
     }
-    __syncthreads();  // T complete; Q's and L's slots are free
-
-    const int next_item = item + int(gridDim.x);
-    if (next_item < items) next = prefetch(next_item, slot(iter + 1), par ^ 1);
+    __syncthreads();  // T complete
 
     // Phase E: T to the workspace, four natural columns a thread; column 2t + h of an 8-column
     // group sits at position t + 4 h in shared memory. Zero above the diagonal (not computed).
