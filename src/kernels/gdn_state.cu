@@ -169,54 +169,88 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     wgmma::fence_async_shared();  // for wgmma's reads, after the next barrier
   }
 
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int head = (item / kHalves<DV>) % heads_v, node = nb + item / kHalves<DV> / heads_v;
-    const int kh = head / group, v0 = item % kHalves<DV> * kCols, vcols = min(kCols, DV - v0);
-    const int64_t off = meta.node_offset[node];
-    const int len = meta.node_length[node];
-    const int slot_in = meta.node_slot_in[node], slot_out = meta.node_slot_out[node];
-    const int64_t state_head = int64_t(head) * DK * DV + v0;
-    const int64_t hrow = int64_t(head) * T + off;  // workspace row of the node's first row
-    const int n_chunks = (len + kChunk - 1) / kChunk;
+  // An item's place in the stream, state and workspace.
+  struct Item {
+    int head, kh, v0, vcols, len, slot_in, slot_out, n_chunks;
+    int64_t off, state_head, hrow;
+  };
+  auto item_at = [&](int item) {
+    Item it;
+    it.head = (item / kHalves<DV>) % heads_v;
+    const int node = nb + item / kHalves<DV> / heads_v;
+    it.kh = it.head / group;
+    it.v0 = item % kHalves<DV> * kCols;
+    it.vcols = min(kCols, DV - it.v0);
+    it.off = meta.node_offset[node];
+    it.len = meta.node_length[node];
+    it.slot_in = meta.node_slot_in[node];
+    it.slot_out = meta.node_slot_out[node];
+    it.state_head = int64_t(it.head) * DK * DV + it.v0;
+    it.hrow = int64_t(it.head) * T + it.off;  // workspace row of the node's first row
+    it.n_chunks = (it.len + kChunk - 1) / kChunk;
+    return it;
+  };
 
-    __syncthreads();  // the previous item is done with shared memory (and the zeros are written)
-    if (stager) {
-      auto issue = [&](int ci) {
-        const uint32_t st = base + uint32_t(ci & 1) * kStage;
-        unsigned char* sp = smem + (st - base);  // the same stage, as a pointer
-        const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
-        const int64_t t0 = off + c0;
-        stage_swizzled<kChunk>(st + kStT, ws.T + (hrow + c0) * kChunk, kChunk, nrows, tid);
-        stage_swizzled<kChunk>(st + kStP, ws.P + (hrow + c0) * kChunk, kChunk, nrows, tid);
-        const bf16* qs = q + t0 * qk_ld + kh * DK;
-        const bf16* ks = k + t0 * qk_ld + kh * DK;
-        if constexpr (DK == kD) {
-          stage_swizzled<kD>(st + kStQ, qs, qk_ld, nrows, tid);
-          stage_swizzled<kD>(st + kStK, ks, qk_ld, nrows, tid);
-        } else {
-          stage_keys<DK, D::kVecK>(smem, base, st + kStQ, qs, qk_ld, nrows, tid);
-          stage_keys<DK, D::kVecK>(smem, base, st + kStK, ks, qk_ld, nrows, tid);
-        }
-        load_rows<bf16, D::kVecV, kLdV>(reinterpret_cast<bf16*>(sp + kStV),
-                                        v + t0 * out_ld + int64_t(head) * DV + v0, out_ld, nrows,
-                                        vcols, kCols / D::kVecV, tid, kGroupThreads);
-        if (tid < kChunk) {
-          stage_vector<float, 1>(reinterpret_cast<float*>(sp + kStGam) + tid,
-                                 ws.gam + hrow + c0 + tid, tid < nrows);
-          stage_vector<float, 1>(reinterpret_cast<float*>(sp + kStBeta) + tid,
-                                 beta + (t0 + tid) * heads_v + head, tid < nrows);
-        }
-        cp_async_commit();
-      };
-      if (n_chunks > 0) issue(0);
-      for (int ci = 0; ci < n_chunks; ++ci) {
-        cp_async_wait<0>();
-        wgmma::fence_async_shared();
-        __syncthreads();  // stage ci landed; chunk ci - 1 is done with the other stage
-        if (ci + 1 < n_chunks) issue(ci + 1);
+  // The block's items' chunks form one sequence of steps, staged alternately in the two stages:
+  // the next item's first chunk stages while this item's last one is computed. Both warpgroups
+  // meet once a step, where its stage has landed and the step before is done with the other one.
+  __syncthreads();  // the zeros are written
+  if (stager) {
+    auto issue = [&](const Item& it, int ci, uint32_t step) {
+      const uint32_t st = base + (step & 1u) * kStage;
+      unsigned char* sp = smem + (st - base);  // the same stage, as a pointer
+      const int c0 = ci * kChunk, nrows = min(kChunk, it.len - c0);
+      const int64_t t0 = it.off + c0;
+      stage_swizzled<kChunk>(st + kStT, ws.T + (it.hrow + c0) * kChunk, kChunk, nrows, tid);
+      stage_swizzled<kChunk>(st + kStP, ws.P + (it.hrow + c0) * kChunk, kChunk, nrows, tid);
+      const bf16* qs = q + t0 * qk_ld + it.kh * DK;
+      const bf16* ks = k + t0 * qk_ld + it.kh * DK;
+      if constexpr (DK == kD) {
+        stage_swizzled<kD>(st + kStQ, qs, qk_ld, nrows, tid);
+        stage_swizzled<kD>(st + kStK, ks, qk_ld, nrows, tid);
+      } else {
+        stage_keys<DK, D::kVecK>(smem, base, st + kStQ, qs, qk_ld, nrows, tid);
+        stage_keys<DK, D::kVecK>(smem, base, st + kStK, ks, qk_ld, nrows, tid);
       }
-      continue;
+      load_rows<bf16, D::kVecV, kLdV>(reinterpret_cast<bf16*>(sp + kStV),
+                                      v + t0 * out_ld + int64_t(it.head) * DV + it.v0, out_ld,
+                                      nrows, it.vcols, kCols / D::kVecV, tid, kGroupThreads);
+      if (tid < kChunk) {
+        stage_vector<float, 1>(reinterpret_cast<float*>(sp + kStGam) + tid,
+                               ws.gam + it.hrow + c0 + tid, tid < nrows);
+        stage_vector<float, 1>(reinterpret_cast<float*>(sp + kStBeta) + tid,
+                               beta + (t0 + tid) * heads_v + it.head, tid < nrows);
+      }
+      cp_async_commit();
+    };
+    // The block's first item with chunks at or after `item`, into it (item >= items: none).
+    int item = blockIdx.x, ci = 0;
+    Item it{};
+    auto settle = [&]() {
+      for (; item < items; item += gridDim.x) {
+        it = item_at(item);
+        if (it.n_chunks > 0) return;
+      }
+    };
+    settle();
+    if (item < items) issue(it, ci, 0);
+    for (uint32_t step = 0; item < items; ++step) {
+      cp_async_wait<0>();
+      wgmma::fence_async_shared();
+      __syncthreads();  // this step's stage landed; the step before is done with the other one
+      if (++ci == it.n_chunks) {
+        item += gridDim.x;
+        ci = 0;
+        settle();
+      }
+      if (item < items) issue(it, ci, step + 1);
     }
+    return;
+  }
+
+  uint32_t step = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const Item it = item_at(item);
 
     // S^T over the 128 keys: two m64n64 accumulators, key tile kt in s[kt / 8][kt % 8].
     float s[2][8][4];
@@ -225,19 +259,20 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = tile_col(kt, e), vc = value_col(e);
-        s[kt >> 3][kt & 7][e] = slot_in >= 0 && c < DK && vc < vcols
-                                    ? state[slot_in * state_ld + state_head + int64_t(c) * DV + vc]
-                                    : 0.f;
+        s[kt >> 3][kt & 7][e] =
+            it.slot_in >= 0 && c < DK && vc < it.vcols
+                ? state[it.slot_in * state_ld + it.state_head + int64_t(c) * DV + vc]
+                : 0.f;
       }
 
-    for (int ci = 0; ci < n_chunks; ++ci) {
-      const uint32_t st = base + uint32_t(ci & 1) * kStage;
+    for (int ci = 0; ci < it.n_chunks; ++ci, ++step) {
+      const uint32_t st = base + (step & 1u) * kStage;
       unsigned char* sp = smem + (st - base);  // the same stage, as a pointer
       const bf16* sV = reinterpret_cast<const bf16*>(sp + kStV);
       const float* sgam = reinterpret_cast<const float*>(sp + kStGam);
       const float* sbeta = reinterpret_cast<const float*>(sp + kStBeta);
-      const int c0 = ci * kChunk, nrows = min(kChunk, len - c0);
-      __syncthreads();  // stage ci landed (the stager's wait and fence came first)
+      const int c0 = ci * kChunk, nrows = min(kChunk, it.len - c0);
+      __syncthreads();  // this step's stage landed (the stager's wait and fence came first)
 
       // Z^T = S^T K^T and O^T = S^T q^T (two commit groups), in flight while the factors are
       // formed.
@@ -291,7 +326,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
 
       // out^T = scale exp(gamma) O^T + v_new^T P^T, and S^T = exp(gamma_last) S^T + (v_new f)^T K
       // (a leaf's final state is not kept).
-      const bool update = ci + 1 < n_chunks || slot_out >= 0;
+      const bool update = ci + 1 < it.n_chunks || it.slot_out >= 0;
       {
         uint32_t a_v[kRowSteps][4], a_f[kRowSteps][4];
 #pragma unroll
@@ -339,30 +374,31 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         detail::stsm_x4_trans(out_lane + uint32_t(8 * nt * kLdOut * 2), r);
       }
       bar_sync(kComputeBarrier, kGroupThreads);
-      bf16* orows = out + (off + c0) * out_ld + int64_t(head) * DV + v0;
+      bf16* orows = out + (it.off + c0) * out_ld + int64_t(it.head) * DV + it.v0;
       const bf16* tile = reinterpret_cast<const bf16*>(smem + kOut);
       if constexpr (DV % 8 == 0) {
         const int unit = tid & 7;
 #pragma unroll
         for (int r = tid >> 3; r < kChunk; r += kGroupThreads / 8)
-          if (r < nrows && unit * 8 < vcols)
+          if (r < nrows && unit * 8 < it.vcols)
             *reinterpret_cast<uint4*>(orows + r * out_ld + unit * 8) =
                 *reinterpret_cast<const uint4*>(tile + r * kLdOut + unit * 8);
       } else {
-        for (int i = tid; i < nrows * vcols; i += kGroupThreads)
-          orows[i / vcols * out_ld + i % vcols] = tile[i / vcols * kLdOut + i % vcols];
+        for (int i = tid; i < nrows * it.vcols; i += kGroupThreads)
+          orows[i / it.vcols * out_ld + i % it.vcols] = tile[i / it.vcols * kLdOut + i % it.vcols];
       }
     }
 
     // Final state: each thread writes exactly the elements it read, so slot_out may be slot_in.
-    if (slot_out >= 0) {
+    if (it.slot_out >= 0) {
 #pragma unroll
       for (int kt = 0; kt < 2 * 8; ++kt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = tile_col(kt, e), vc = value_col(e);
-          if (c < DK && vc < vcols)
-            state[slot_out * state_ld + state_head + int64_t(c) * DV + vc] = s[kt >> 3][kt & 7][e];
+          if (c < DK && vc < it.vcols)
+            state[it.slot_out * state_ld + it.state_head + int64_t(c) * DV + vc] =
+                s[kt >> 3][kt & 7][e];
         }
     }
   }
