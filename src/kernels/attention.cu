@@ -27,8 +27,8 @@
 // padded by 16 bytes, so ldmatrix's 8 row addresses hit 8 distinct bank quads. Head dims that
 // are not a multiple of 16 (24) are zero-padded in shared memory to the next one.
 // hd 128: 1 CTA/SM (by registers); hd <= 64: 2 CTAs/SM. hd 256 (every Qwen3.5 size) runs its
-// two products on wgmma instead, with one barrier a block (attention_wgmma.cu);
-// attention_tile.cuh holds what the two kernels share.
+// two products on wgmma instead, its K/V stages copied by TMA and handed on by mbarriers
+// (attention_wgmma.cu); attention_tile.cuh holds what the two kernels share.
 //
 // Numerics: scores s * scale * log2(e) in fp32, exp2; the running max starts at a finite
 // sentinel (-1e30) and masked scores are -inf, so exp2(masked - max) is exactly 0, the rescale
