@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       detail::bar_init(full(st), 1);
       detail::bar_init(empty(st), kThreads);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    detail::bar_init_fence();
   }
   __syncthreads();
   const int tid = int(threadIdx.x);

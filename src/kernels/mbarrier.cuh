@@ -9,13 +9,12 @@ namespace flide::kernels::detail {
 __device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
 }
+// Makes barrier initialisations visible to the async proxy (TMA copies complete on them).
+__device__ __forceinline__ void bar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 __device__ __forceinline__ void bar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// An arrival that happens once every cp.async this thread issued before it has landed (the
-// barrier's count includes it: .noinc).
-__device__ __forceinline__ void bar_arrive_copies(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(

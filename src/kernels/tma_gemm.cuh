@@ -64,6 +64,7 @@ constexpr size_t kSmemBytes =
 using detail::bar_arrive;
 using detail::bar_expect;
 using detail::bar_init;
+using detail::bar_init_fence;
 using detail::bar_wait;
 using detail::tile_map;
 using detail::tma_load;
@@ -172,7 +173,7 @@ struct Smem {
     }
     bar_init(staged_full, kConsumerThreads);
     bar_init(staged_empty, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    bar_init_fence();
   }
 };
 
