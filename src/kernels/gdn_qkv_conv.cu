@@ -151,19 +151,17 @@ __global__ void __launch_bounds__(kThreads, 1)
                         int group) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
-  const uint32_t rank = cluster_rank();
   const LevelRows rows(a);
-  const int tiles_m = (rows.end - rows.first + kRowsOut - 1) / kRowsOut;
-  const int pairs = (tiles_m + kCluster - 1) / kCluster, tiles_n = a.C / kPairCols;
-  const UnitOrder order{pairs, tiles_n, group};
-  auto row0_of = [&](int u) { return rows.first + (order(u).x * kCluster + int(rank)) * kRowsOut; };
+  auto row0_of = [&](const Place& p) { return rows.first + p.row_tile * kRowsOut; };
   run_units(
-      sm, &map_x, pairs * tiles_n, (H + kBlockK - 1) / kBlockK, rank,
-      [&](int u) {
-        return TileSource{row0_of(u) - kHalo, &map_w, order(u).y * kPairCols + int(rank) * kTileN};
+      sm, &map_x, (rows.end - rows.first + kRowsOut - 1) / kRowsOut, a.C / kPairCols, group,
+      (H + kBlockK - 1) / kBlockK,
+      [&](const Place& p) {
+        return TileSource{row0_of(p) - kHalo, &map_w,
+                          p.col_tile * kPairCols + int(p.rank) * kTileN};
       },
-      [&](int e, int u, uint32_t parity) {
-        conv_epilogue(sm, a, e, row0_of(u), rows.end, order(u).y * kPairCols, parity);
+      [&](int e, const Place& p, uint32_t parity) {
+        conv_epilogue(sm, a, e, row0_of(p), rows.end, p.col_tile * kPairCols, parity);
       });
 }
 
@@ -206,8 +204,7 @@ cudaError_t gdn_qkv_conv(const bf16* x, const bf16* w_qkv, const bf16* w_conv, b
   if (err != cudaSuccess) return err;
   // Enough clusters for the largest level the stream's rows allow (the level's own size is read
   // on the device).
-  const int64_t units =
-      ((T + kRowsOut - 1) / kRowsOut + kCluster - 1) / kCluster * (a.C / kPairCols);
+  const int64_t units = cluster_units((T + kRowsOut - 1) / kRowsOut, a.C / kPairCols);
   return launch<gdn_qkv_conv_kernel>(units, stream, map_x, map_w, a, int(H),
                                      unit_group(2 * int64_t(a.C) * H));
 }

@@ -82,18 +82,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                        int group) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
-  const uint32_t rank = cluster_rank();
-  const int pairs = (M + kCluster * kTileM - 1) / (kCluster * kTileM), tiles_n = N / kTileN;
-  const UnitOrder order{pairs, tiles_n, group};
-  auto m0_of = [&](int u) { return (order(u).x * kCluster + int(rank)) * kTileM; };
-  auto n0_of = [&](int u) { return order(u).y * kTileN; };
   run_units(
-      sm, &map_x, pairs * tiles_n, (K + kBlockK - 1) / kBlockK, rank,
-      [&](int u) {
-        return TileSource{m0_of(u), rank == 0 ? &map_gate : &map_up, n0_of(u)};
+      sm, &map_x, (M + kTileM - 1) / kTileM, N / kTileN, group, (K + kBlockK - 1) / kBlockK,
+      [&](const Place& p) {
+        return TileSource{p.row_tile * kTileM, p.rank == 0 ? &map_gate : &map_up,
+                          p.col_tile * kTileN};
       },
-      [&](int e, int u, uint32_t parity) {
-        swiglu_epilogue(sm, &map_out, e, m0_of(u), n0_of(u), parity);
+      [&](int e, const Place& p, uint32_t parity) {
+        swiglu_epilogue(sm, &map_out, e, p.row_tile * kTileM, p.col_tile * kTileN, parity);
       });
   // The output's last bulk stores finish before the CTA does.
   if (epilogue_index() == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -121,7 +117,7 @@ cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf1
   if (err == cudaSuccess) err = tile_map(map_up, w_up, N, K);
   if (err == cudaSuccess) err = tile_map(map_out, out, M, N);
   if (err != cudaSuccess) return err;
-  const int64_t units = (M + kCluster * kTileM - 1) / (kCluster * kTileM) * (N / kTileN);
+  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, N / kTileN);
   return launch<swiglu_gemm_kernel>(units, stream, map_x, map_gate, map_up, map_out, int(M), int(N),
                                     int(K), unit_group(4 * N * K));
 }

@@ -148,6 +148,19 @@ struct UnitOrder {
   }
 };
 
+// The units over tiles_m row tiles and tiles_n column tiles.
+__host__ __device__ inline int64_t cluster_units(int64_t tiles_m, int64_t tiles_n) {
+  return (tiles_m + kCluster - 1) / kCluster * tiles_n;
+}
+
+// A CTA's tile of a unit, and its rank, which also says which weight tile it copies for both.
+// row_tile may be one past the last (an odd count's last pair): its rows arrive as zeros and are
+// not stored.
+struct Place {
+  int row_tile, col_tile;
+  uint32_t rank;
+};
+
 // Shared memory: the ring, the staging tile (product 0, then product 1), the ring's full and
 // empty barriers, the staging tile's full and empty barriers. The same offsets in both CTAs of
 // a cluster (the multicast copies and remote arrivals rely on it).
@@ -269,15 +282,23 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 
 // The body every tma_gemm kernel runs once it has carved its shared memory: the barriers, then
 // each thread in its role over this cluster's units (first, then every grid's worth of clusters
-// on), then the cluster's last sync. source(u): unit u's TileSource for this CTA;
-// epilogue(e, u, parity): epilogue thread e's part of unit u, parity the unit's count mod 2 (the
+// on), then the cluster's last sync. The GEMM has tiles_m row tiles and tiles_n column tiles,
+// walked in UnitOrder with `group`. source(place): this CTA's TileSource for its Place in a unit;
+// epilogue(e, place, parity): epilogue thread e's part of it, parity the unit's count mod 2 (the
 // staging barriers' phase).
 template <class Source, class Epilogue>
-__device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map_x, int units,
-                                          int k_blocks, uint32_t rank, Source source,
+__device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map_x, int tiles_m,
+                                          int tiles_n, int group, int k_blocks, Source source,
                                           Epilogue epilogue) {
   const int tid = int(threadIdx.x);
   const int first = int(blockIdx.x) / kCluster, stride = int(gridDim.x) / kCluster;
+  const uint32_t rank = cluster_rank();
+  const UnitOrder order{(tiles_m + kCluster - 1) / kCluster, tiles_n, group};
+  const int units = order.pairs * tiles_n;
+  const auto place = [&](int u) {
+    const int2 pc = order(u);
+    return Place{pc.x * kCluster + int(rank), pc.y, rank};
+  };
   if (tid == 0) sm.init_barriers();
   cluster_sync();  // barriers initialised before either CTA copies into or arrives on them
 
@@ -292,10 +313,11 @@ __device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map
     give_up_regs();
     const int e = epilogue_index();
     if (tid == 0) {
-      copy_tiles(sm, map_x, first, units, stride, k_blocks, rank, source);
+      copy_tiles(sm, map_x, first, units, stride, k_blocks, rank,
+                 [&](int u) { return source(place(u)); });
     } else if (e >= 0) {
       uint32_t parity = 0;
-      for (int u = first; u < units; u += stride, parity ^= 1) epilogue(e, u, parity);
+      for (int u = first; u < units; u += stride, parity ^= 1) epilogue(e, place(u), parity);
     }
   }
   // No CTA leaves while its peer may still copy into its shared memory or arrive on its barriers.

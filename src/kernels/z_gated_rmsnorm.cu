@@ -94,17 +94,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                            int group) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
-  const uint32_t rank = cluster_rank();
-  const int pairs = (a.M + kCluster * kTileM - 1) / (kCluster * kTileM);
-  const UnitOrder order{pairs, a.Vd / kPairCols, group};
-  auto m0_of = [&](int u) { return (order(u).x * kCluster + int(rank)) * kTileM; };
-  auto n0_of = [&](int u) { return order(u).y * kPairCols; };
   run_units(
-      sm, &map_h, pairs * order.tiles_n, (K + kBlockK - 1) / kBlockK, rank,
-      [&](int u) {
-        return TileSource{m0_of(u), &map_wz, n0_of(u) + int(rank) * kTileN};
+      sm, &map_h, (a.M + kTileM - 1) / kTileM, a.Vd / kPairCols, group, (K + kBlockK - 1) / kBlockK,
+      [&](const Place& p) {
+        return TileSource{p.row_tile * kTileM, &map_wz,
+                          p.col_tile * kPairCols + int(p.rank) * kTileN};
       },
-      [&](int e, int u, uint32_t parity) { norm_epilogue(sm, a, e, m0_of(u), n0_of(u), parity); });
+      [&](int e, const Place& p, uint32_t parity) {
+        norm_epilogue(sm, a, e, p.row_tile * kTileM, p.col_tile * kPairCols, parity);
+      });
 }
 
 }  // namespace
@@ -135,7 +133,7 @@ cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const
   cudaError_t err = tile_map(map_h, h, M, K);
   if (err == cudaSuccess) err = tile_map(map_wz, w_z, Vd, K);
   if (err != cudaSuccess) return err;
-  const int64_t units = (M + kCluster * kTileM - 1) / (kCluster * kTileM) * (Vd / kPairCols);
+  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, Vd / kPairCols);
   return launch<z_gated_rmsnorm_kernel>(units, stream, map_h, map_wz, a, int(K),
                                         unit_group(2 * Vd * K));
 }
