@@ -30,12 +30,20 @@
 // Shared memory is six equal slots: K and Q of two items, L and T. The next item's K and Q (and
 // g, beta) load into the other pair while this item computes, from its first barrier on, so the
 // loads have a whole item to land (with them issued only behind the inverse, a block spent about
-// half of each item waiting on them).
+// half of each item waiting on them). For Dk = 128 (every Qwen3.5 size) thread 0 sends K and Q as
+// four bulk tensor copies, 128-byte swizzled, completing on a barrier a pair: the cp.async copies
+// had cost every warp ~215 instructions an item, 15% of its instructions
+// (bench/results/2026-12-01-tma-gdn-pipelining.md).
 //
-// Chunk rows past a node's end (its last chunk may be short) are zeros in shared memory (k, q,
-// beta, g): they change neither the real rows' outputs nor the state, like HF's padding. Those
-// rows are never written back: workspace rows are indexed by stream row.
+// Chunk rows past a node's end (its last chunk may be short) have g = beta = 0 in shared memory,
+// and L is zero on them: they change neither the real rows' outputs nor the state, like HF's
+// padding. Their k and q are zeros where cp.async loads them, and whatever stream rows follow
+// (zeros past the stream's end) where TMA does: those reach no stored value (L's rows are set,
+// not computed, and P's entries past a row's own are never products). Those rows are never
+// written back: workspace rows are indexed by stream row.
 #include "kernels/gdn_chunk.cuh"
+#include "kernels/mbarrier.cuh"
+#include "kernels/tma.cuh"
 
 namespace flide::kernels::gdn_detail {
 namespace {
@@ -46,6 +54,7 @@ constexpr int kPlanThreads = 1024;
 template <int DK, int DV>
 struct PrepCfg : Dims<DK, DV> {
   using D = Dims<DK, DV>;
+  static constexpr bool kTma = DK == 128;  // K and Q by bulk tensor copies (file comment)
   static constexpr int kBytesH = kChunk * D::kLdH * 2;  // bf16 [64][kLdH] K, Q
   static constexpr int kBytesC = kChunk * D::kLdC * 4;  // fp32 [64][kLdC] L, T
   static constexpr int kSlot = ((kBytesH > kBytesC ? kBytesH : kBytesC) + 127) / 128 * 128;
@@ -55,8 +64,22 @@ struct PrepCfg : Dims<DK, DV> {
   static constexpr int kT = 5 * kSlot;                // fp32 T
   static constexpr int kRaw = 6 * kSlot;              // fp32 [2][2][64] g, beta of two items
   static constexpr int kGam = kRaw + 4 * kChunk * 4;  // fp32 [64] in-chunk cumulative g
-  static constexpr int kBytes = kGam + kChunk * 4;
+  static constexpr int kBars = kGam + kChunk * 4;     // [2] the K/Q pairs' copy barriers
+  // The swizzled tiles want 1024-byte alignment, which the dynamic base does not promise.
+  static constexpr int kBytes = kBars + 2 * 8 + (kTma ? 1024 : 0);
+  static_assert(kSlot % 1024 == 0 || !kTma, "swizzled slots stay 1024-byte aligned");
 };
+
+// Where a staged K or Q tile [64 rows][kKp keys] at `tile` keeps row r's 16-byte unit u (keys
+// 8 u .. 8 u + 7): by TMA, two 64-key halves of 128-byte rows, swizzled; else rows of kLdH.
+template <int DK>
+__device__ __forceinline__ uint32_t key_unit(uint32_t tile, int r, int u) {
+  if constexpr (PrepCfg<DK, DK>::kTma)
+    return tile + uint32_t(u >> 3) * uint32_t(kChunk * 128) + uint32_t(r) * 128u +
+           (uint32_t((u & 7) ^ (r & 7)) << 4);
+  else
+    return tile + uint32_t(r * Dims<DK, DK>::kLdH + 8 * u) * 2u;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Plan: the level's chunks, in node order. One block of kPlanThreads.
@@ -165,13 +188,13 @@ __device__ __forceinline__ void inverse_block(float* Ts, const float* Ls, int r0
   for (int nt = 0; nt < NT; ++nt) store_acc_tf32(Ts + r0 * kLd + c0 + 8 * nt, kLd, y[nt], g8, t4);
 }
 
-// acc[s] = X[16 rows][kKp] K[8 (nt0 + s) rows][kKp]^T for s < n (n <= kMax, warp-uniform);
-// x = &X[m0][0], kn = &K[8 nt0][0], both bf16 with leading dimension kLd.
-template <int kMax, int kKp, int kLd>
-__device__ __forceinline__ void gram_tiles(float (&acc)[kMax][4], const bf16* x, const bf16* kn,
-                                           int n, int lane) {
-  const bf16* a_row = x + ((lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
-  const bf16* b_row = kn + (lane & 7) * kLd + ((lane >> 3) & 1) * 8;
+// acc[s] = X[m0 .. m0 + 16][kKp] K[n0 + 8 s .. + 8][kKp]^T for s < n (n <= kMax, warp-uniform);
+// X and K staged tiles (key_unit) at x and kn.
+template <int kMax, int kKp, int DK>
+__device__ __forceinline__ void gram_tiles(float (&acc)[kMax][4], uint32_t x, int m0, uint32_t kn,
+                                           int n0, int n, int lane) {
+  const int ra = m0 + (lane & 7) + ((lane >> 3) & 1) * 8, ua = lane >> 4;
+  const int rb = n0 + (lane & 7), ub = (lane >> 3) & 1;
 #pragma unroll
   for (int s = 0; s < kMax; ++s)
 #pragma unroll
@@ -179,12 +202,12 @@ __device__ __forceinline__ void gram_tiles(float (&acc)[kMax][4], const bf16* x,
 #pragma unroll
   for (int kk = 0; kk < kKp / 16; ++kk) {
     uint32_t a[4];
-    ldsm_x4(a, a_row + 16 * kk);
+    ldsm_x4(a, key_unit<DK>(x, ra, ua + 2 * kk));
 #pragma unroll
     for (int s = 0; s < kMax; ++s) {
       if (s < n) {
         uint32_t b[2];
-        ldsm_x2(b, b_row + 8 * s * kLd + 16 * kk);
+        ldsm_x2(b, key_unit<DK>(kn, rb + 8 * s, ub + 2 * kk));
         mma_bf16(acc[s], a, b[0], b[1]);
       }
     }
@@ -208,19 +231,24 @@ constexpr uint64_t kPRuns = tile_run(0, 3, 0, 4) | tile_run(1, 3, 4, 4) | tile_r
 
 template <int DK, int DV>
 __global__ void __launch_bounds__(kThreads, 2)
-    gdn_prepare_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                       const float* __restrict__ g, const float* __restrict__ beta, Workspace ws,
-                       int heads_k, int heads_v, float scale, TreeMeta meta) {
+    gdn_prepare_kernel(const __grid_constant__ CUtensorMap map_q,
+                       const __grid_constant__ CUtensorMap map_k, const bf16* __restrict__ q,
+                       const bf16* __restrict__ k, const float* __restrict__ g,
+                       const float* __restrict__ beta, Workspace ws, int heads_k, int heads_v,
+                       float scale, TreeMeta meta) {
   using C = PrepCfg<DK, DV>;
   constexpr int kLdH = C::kLdH, kLdC = C::kLdC;
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw;
+  if constexpr (C::kTma) smem += (1024u - smem_u32(smem_raw) % 1024u) % 1024u;
+  const uint32_t bars = smem_u32(smem + C::kBars);
   float* Ls = reinterpret_cast<float*>(smem + C::kL);       // [64][kLdC] -A (strictly lower)
   float* Ts = reinterpret_cast<float*>(smem + C::kT);       // [64][kLdC] (I + A)^-1, tf32, permuted
   float* raw = reinterpret_cast<float*>(smem + C::kRaw);    // [2][g 64, beta 64]
   float* gam_s = reinterpret_cast<float*>(smem + C::kGam);  // [64] cumulative g
-  // An item's keys and queries, [64][kLdH] each, by parity.
-  auto keys = [&](int par) { return reinterpret_cast<bf16*>(smem + C::kK + par * C::kSlot); };
-  auto queries = [&](int par) { return reinterpret_cast<bf16*>(smem + C::kQ + par * C::kSlot); };
+  // An item's keys and queries, [64][kKp] each (key_unit), by parity.
+  auto keys = [&](int par) { return smem + C::kK + par * C::kSlot; };
+  auto queries = [&](int par) { return smem + C::kQ + par * C::kSlot; };
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g8 = lane >> 2, t4 = lane & 3;
   const int64_t T = meta.n_tokens;
@@ -241,9 +269,26 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int2 chunk = ws.chunks[1 + item / heads_v];
     it.nrows = min(kChunk, meta.node_length[chunk.x] - chunk.y);
     it.t0 = int64_t(meta.node_offset[chunk.x]) + chunk.y;
-    const int64_t qk0 = it.t0 * qk_ld + it.kh * DK;
-    load_tile<bf16, C::kVecK, C::kKp, kLdH>(keys(par), k + qk0, qk_ld, it.nrows, DK);
-    load_tile<bf16, C::kVecK, C::kKp, kLdH>(queries(par), q + qk0, qk_ld, it.nrows, DK);
+    if constexpr (C::kTma) {
+      if (threadIdx.x == 0) {
+        const uint32_t bar = bars + 8u * uint32_t(par);
+        detail::bar_expect(bar, 2 * kChunk * DK * 2);
+#pragma unroll
+        for (int h = 0; h < DK / 64; ++h) {
+          const uint32_t half = uint32_t(h * kChunk * 128);
+          detail::tma_load(smem_u32(keys(par)) + half, &map_k, it.kh * DK + 64 * h, int(it.t0),
+                           bar);
+          detail::tma_load(smem_u32(queries(par)) + half, &map_q, it.kh * DK + 64 * h, int(it.t0),
+                           bar);
+        }
+      }
+    } else {
+      const int64_t qk0 = it.t0 * qk_ld + it.kh * DK;
+      load_tile<bf16, C::kVecK, C::kKp, kLdH>(reinterpret_cast<bf16*>(keys(par)), k + qk0, qk_ld,
+                                              it.nrows, DK);
+      load_tile<bf16, C::kVecK, C::kKp, kLdH>(reinterpret_cast<bf16*>(queries(par)), q + qk0, qk_ld,
+                                              it.nrows, DK);
+    }
     if (warp == 0) {
       float* gr = raw + par * 2 * kChunk;
 #pragma unroll
@@ -262,13 +307,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     return it;
   };
 
+  if constexpr (C::kTma) {
+    if (threadIdx.x == 0) {
+      detail::bar_init(bars, 1);
+      detail::bar_init(bars + 8, 1);
+      detail::bar_init_fence();
+    }
+    __syncthreads();
+  }
   Item next{};
   if (int(blockIdx.x) < items) next = prefetch(blockIdx.x, 0);
   for (int item = blockIdx.x, iter = 0; item < items; item += gridDim.x, ++iter) {
     const Item cur = next;
     const int par = iter & 1;
-    const bf16* Ks = keys(par);
-    const bf16* Qs = queries(par);
+    const uint32_t Ks = smem_u32(keys(par)), Qs = smem_u32(queries(par));
     const float* beta_s = raw + par * 2 * kChunk + kChunk;
     const int nrows = cur.nrows;
     const int64_t hrow = int64_t(cur.head) * T + cur.t0;  // workspace row of t0
@@ -276,6 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // gamma_i = gamma_{i-1} + g_i: lane l scans rows 2l, 2l + 1 (the pair sums by shuffles).
     // gam_s is free (every warp passed the previous item's last barrier).
     cp_async_wait<0>();
+    if constexpr (C::kTma) detail::bar_wait(bars + 8u * uint32_t(par), uint32_t(iter >> 1) & 1u);
     if (warp == 0) {
       const float2 gg = *reinterpret_cast<const float2*>(raw + par * 2 * kChunk + 2 * lane);
       float incl = gg.x + gg.y;
@@ -303,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const uint32_t run = uint32_t(kLRuns >> (8 * warp)) & 0xffu;
       const int mt = run & 3, nt0 = (run >> 2) & 7, n = run >> 5;
       float acc[3][4];
-      gram_tiles<3, C::kKp, kLdH>(acc, Ks + 16 * mt * kLdH, Ks + 8 * nt0 * kLdH, n, lane);
+      gram_tiles<3, C::kKp, DK>(acc, Ks, 16 * mt, Ks, 8 * nt0, n, lane);
 #pragma unroll
       for (int s = 0; s < 3; ++s) {
         if (s >= n) continue;
@@ -314,7 +367,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           float l[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            l[e] = j + e < i ? -(bi * acc[s][2 * h + e] * __expf(gi - gam_s[j + e])) : 0.f;
+            l[e] = i < nrows && j + e < i ? -(bi * acc[s][2 * h + e] * __expf(gi - gam_s[j + e]))
+                                          : 0.f;
           *reinterpret_cast<float2*>(Ls + i * kLdC + j) = make_float2(l[0], l[1]);
         }
       }
@@ -363,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const uint32_t run = uint32_t(kPRuns >> (8 * (warp - 2))) & 0xffu;
       const int mt = run & 3, nt0 = (run >> 2) & 7, n = run >> 5;
       float acc[4][4];
-      gram_tiles<4, C::kKp, kLdH>(acc, Qs + 16 * mt * kLdH, Ks + 8 * nt0 * kLdH, n, lane);
+      gram_tiles<4, C::kKp, DK>(acc, Qs, 16 * mt, Ks, 8 * nt0, n, lane);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int i = 16 * mt + g8 + 8 * h;
@@ -413,8 +467,16 @@ template <int DK, int DV>
 cudaError_t launch_prepare(const GdnArgs& a) {
   // Two resident blocks per SM, each walking its items with the next one's loads in flight.
   const int blocks = stride_grid(max_level_chunks(a.meta) * a.heads_v, a.sms, 2);
+  CUtensorMap map_q{}, map_k{};  // unused (zeros) where K and Q go by cp.async
+  if constexpr (PrepCfg<DK, DV>::kTma) {
+    const int64_t cols = int64_t(a.heads_k) * DK;
+    cudaError_t err = detail::tile_map(map_q, a.q, a.meta.n_tokens, cols, kChunk);
+    if (err == cudaSuccess) err = detail::tile_map(map_k, a.k, a.meta.n_tokens, cols, kChunk);
+    if (err != cudaSuccess) return err;
+  }
   return launch_with_smem<gdn_prepare_kernel<DK, DV>, PrepCfg<DK, DV>::kBytes>(
-      blocks, a.stream, a.q, a.k, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale, a.meta);
+      blocks, a.stream, map_q, map_k, a.q, a.k, a.g, a.beta, a.ws, a.heads_k, a.heads_v, a.scale,
+      a.meta);
 }
 
 #define FLIDE_GDN_INSTANTIATE(DK, DV) template cudaError_t launch_prepare<DK, DV>(const GdnArgs&);
