@@ -40,6 +40,15 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
   ldsm_x2(r, smem_u32(p));
 }
 
+// Four 8x8 b16 matrices stored as they are: register m holds lane 4 g + t's pair (2t, 2t + 1) of
+// row g of matrix m (an mma accumulator's layout); lane 8 m + r gives the address of row r of
+// matrix m.
+__device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // Four 8x8 b16 matrices stored transposed: register m holds lane 4 g + t's pair (2t, 2t + 1) of
 // row g of matrix m, which lands in column g of rows 2t, 2t + 1; lane 8 m + r gives the address
 // of stored row r of matrix m.

@@ -37,6 +37,7 @@
 #include "kernels/cp_async.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/mbarrier.cuh"
+#include "kernels/mma_bf16.cuh"
 #include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
@@ -229,7 +230,6 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
                                              float (&p0)[kTileN / 8][4],
                                              float (&p1)[kTileN / 8][4]) {
   const int tid = int(threadIdx.x), warp = (tid % 128) / 32, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
   auto release = [&](int s) {
     if (lane == 0)
       for (uint32_t c = 0; c < kCluster; ++c) bar_arrive_cluster(sm.empty + 8 * s, c);
@@ -256,20 +256,24 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
   wgmma::wait<0>();
   release(prev);
 
+  // Rounded to bf16 and stored by stmatrix, four 8x8 matrices at a time: the warp's rows 0-7 and
+  // 8-15 of columns 8 j.. and 8 (j + 1)... Lane 8 m + i addresses row i of matrix m.
   bar_wait(sm.staged_empty, parity ^ 1);
+  const int m = lane / 8, row = half * 64 + warp * 16 + lane % 8 + 8 * (m & 1);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = half * 64 + warp * 16 + g + 8 * h;  // rows g, g + 8 of the warp's 16
+  for (int j = 0; j < kTileN / 8; j += 2) {
+    const uint32_t at = wgmma::swizzled(sm.staged, kTileM, row, 8 * (j + (m >> 1)));
+    uint32_t r0[4], r1[4];
 #pragma unroll
-    for (int j = 0; j < kTileN / 8; ++j) {  // columns 8 j + 2 t and the next
-      const __nv_bfloat162 v0 = __floats2bfloat162_rn(p0[j][2 * h], p0[j][2 * h + 1]);
-      const __nv_bfloat162 v1 = __floats2bfloat162_rn(p1[j][2 * h], p1[j][2 * h + 1]);
-      const uint32_t at = wgmma::swizzled(sm.staged, kTileM, r, 8 * j) + 4 * t;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at),
-                   "r"(*reinterpret_cast<const uint32_t*>(&v0)));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + kOutBytes),
-                   "r"(*reinterpret_cast<const uint32_t*>(&v1)));
+    for (int q = 0; q < 4; ++q) {  // matrix q: column tile j + q / 2, rows + 8 (q % 2)
+      const int jj = j + q / 2, e = 2 * (q % 2);
+      const __nv_bfloat162 v0 = __floats2bfloat162_rn(p0[jj][e], p0[jj][e + 1]);
+      const __nv_bfloat162 v1 = __floats2bfloat162_rn(p1[jj][e], p1[jj][e + 1]);
+      r0[q] = *reinterpret_cast<const uint32_t*>(&v0);
+      r1[q] = *reinterpret_cast<const uint32_t*>(&v1);
     }
+    detail::stsm_x4(at, r0);
+    detail::stsm_x4(at + kOutBytes, r1);
   }
   bar_arrive(sm.staged_full);  // release: the stores above before the epilogue's loads
 }
