@@ -331,8 +331,8 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
       __nv_bfloat162 y = __floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
       if (p.qg) {
         const float2 yf = __bfloat1622float2(y), gf = __bfloat1622float2(g[dn]);
-        y = __floats2bfloat162_rn(yf.x * detail::sigmoid_fast(gf.x),
-                                  yf.y * detail::sigmoid_fast(gf.y));
+        y = __floats2bfloat162_rn(detail::times_sigmoid(yf.x, gf.x),
+                                  detail::times_sigmoid(yf.y, gf.y));
       }
       *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) = y;
     }

@@ -163,6 +163,19 @@ __device__ __forceinline__ float sigmoid_fast(float x) {
   return 1.f / (1.f + __expf(-x));
 }
 
+// The elementwise steps that fused kernels repeat inside their epilogues: each is written once,
+// here, so that a fused path gives the bits of the unfused op it replaces.
+__device__ __forceinline__ float silu_times(float g, float u) {  // silu_mul: silu(gate) * up
+  return g * sigmoid_fast(g) * u;
+}
+__device__ __forceinline__ float times_sigmoid(float x, float g) {  // sigmoid_mul: x * sigmoid(g)
+  return x * sigmoid_fast(g);
+}
+// gated_rmsnorm's value: w * (o * s) * silu(z), s the row's rms_scale.
+__device__ __forceinline__ float gated_rms(float w, float o, float s, float z) {
+  return w * (o * s) * (z * sigmoid_fast(z));
+}
+
 // Butterfly sum over aligned groups of `width` lanes (a power of two <= 32), offsets from
 // width / 2 down to 1. Partners add the same two values in swapped order, so every lane ends with
 // the bitwise-same sum. All 32 lanes of the warp must call it. Unrolled over every offset a warp

@@ -61,10 +61,10 @@ struct BinaryOp {
 };
 
 struct SiluTimes {  // silu(gate) * up
-  __device__ float operator()(float g, float u) const { return g * detail::sigmoid_fast(g) * u; }
+  __device__ float operator()(float g, float u) const { return detail::silu_times(g, u); }
 };
 struct TimesSigmoid {  // x * sigmoid(gate)
-  __device__ float operator()(float x, float g) const { return x * detail::sigmoid_fast(g); }
+  __device__ float operator()(float x, float g) const { return detail::times_sigmoid(x, g); }
 };
 
 template <class F>

@@ -88,8 +88,7 @@ struct GatedRmsNormOp {
     load8(w + e, dim - e, vec, wv);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float zk = side.z[k];
-      y[k] = wv[k] * (v[k] * s) * (zk * detail::sigmoid_fast(zk));
+      y[k] = detail::gated_rms(wv[k], v[k], s, side.z[k]);
     }
     store8(out + r * dim + e, dim - e, vec, y);
   }

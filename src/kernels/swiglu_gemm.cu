@@ -54,8 +54,8 @@ __device__ __forceinline__ void swiglu_epilogue(const Smem& sm, const CUtensorMa
     for (int w = 0; w < 4; ++w) {
       const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[w]));
       const float2 uv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uw[w]));
-      const __nv_bfloat162 y = __floats2bfloat162_rn(gv.x * detail::sigmoid_fast(gv.x) * uv.x,
-                                                     gv.y * detail::sigmoid_fast(gv.y) * uv.y);
+      const __nv_bfloat162 y =
+          __floats2bfloat162_rn(detail::silu_times(gv.x, uv.x), detail::silu_times(gv.y, uv.y));
       yw[w] = *reinterpret_cast<const uint32_t*>(&y);
     }
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(g_at), "r"(yw[0]), "r"(yw[1]),

@@ -79,8 +79,7 @@ __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a,
     float y[kVec];
 #pragma unroll
     for (int v = 0; v < kVec; ++v) {
-      const float zv = detail::raw_at(z_raw, v);
-      y[v] = wv[v] * (ov[v] * s) * (zv * detail::sigmoid_fast(zv));
+      y[v] = detail::gated_rms(wv[v], ov[v], s, detail::raw_at(z_raw, v));
     }
     detail::store8(a.out + (m0 + i) * int64_t(a.Vd) + c, kVec, true, y);
   }
