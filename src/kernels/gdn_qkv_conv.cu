@@ -42,8 +42,7 @@ using detail::Raw;
 using detail::zero_raw;
 
 constexpr int kConvK = 4, kHalo = kConvK - 1, kRowsOut = kTileM - kHalo;
-constexpr int kHeadDim = kTileN;  // a q or k head is a tile's columns
-constexpr int kPairCols = 2 * kTileN;
+constexpr int kHeadDim = kTileN;                // a q or k head is a tile's columns
 constexpr int kVec = 8;                         // channels a lane: one 16-byte access
 constexpr int kLanesPerHead = kHeadDim / kVec;  // the norm's lane group
 constexpr int kEpilogueWarps = kEpilogueThreads / 32;
@@ -103,9 +102,7 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
   }
   auto staged_row = [&](int p) {  // product row p of the tile (stream row row0 - 3 + p)
     Raw<kVec> r;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r.h[0]), "=r"(r.h[1]), "=r"(r.h[2]), "=r"(r.h[3])
-                 : "r"(wgmma::swizzled(staged, kTileM, p, col)));
+    ld_shared16(wgmma::swizzled(staged, kTileM, p, col), r.h);
     return r;
   };
   bar_wait(sm.staged_full, parity);
@@ -141,8 +138,7 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
       for (int j = 0; j < kHalo; ++j) detail::store8(dst + int64_t(j) * a.C, kVec, true, hist[j]);
     }
   }
-  epilogue_sync();  // every warp done reading the staging tile
-  if (e == 0) bar_arrive(sm.staged_empty);
+  sm.release_staged(e);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -154,11 +150,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const LevelRows rows(a);
   auto row0_of = [&](const Place& p) { return rows.first + p.row_tile * kRowsOut; };
   run_units(
-      sm, &map_x, (rows.end - rows.first + kRowsOut - 1) / kRowsOut, a.C / kPairCols, group,
-      (H + kBlockK - 1) / kBlockK,
+      sm, &map_x, (rows.end - rows.first + kRowsOut - 1) / kRowsOut, a.C / kPairCols, group, H,
       [&](const Place& p) {
-        return TileSource{row0_of(p) - kHalo, &map_w,
-                          p.col_tile * kPairCols + int(p.rank) * kTileN};
+        return TileSource{row0_of(p) - kHalo, &map_w, p.paired_w_row()};
       },
       [&](int e, const Place& p, uint32_t parity) {
         conv_epilogue(sm, a, e, row0_of(p), rows.end, p.col_tile * kPairCols, parity);

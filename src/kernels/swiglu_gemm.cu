@@ -44,12 +44,8 @@ __device__ __forceinline__ void swiglu_epilogue(const Smem& sm, const CUtensorMa
   for (int i = e; i < int(kOutBytes / 16); i += kEpilogueThreads) {
     const uint32_t g_at = sm.staged + 16 * uint32_t(i), u_at = g_at + kOutBytes;
     uint32_t gw[4], uw[4], yw[4];
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(gw[0]), "=r"(gw[1]), "=r"(gw[2]), "=r"(gw[3])
-                 : "r"(g_at));
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(uw[0]), "=r"(uw[1]), "=r"(uw[2]), "=r"(uw[3])
-                 : "r"(u_at));
+    ld_shared16(g_at, gw);
+    ld_shared16(u_at, uw);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[w]));
@@ -58,9 +54,7 @@ __device__ __forceinline__ void swiglu_epilogue(const Smem& sm, const CUtensorMa
           __floats2bfloat162_rn(detail::silu_times(gv.x, uv.x), detail::silu_times(gv.y, uv.y));
       yw[w] = *reinterpret_cast<const uint32_t*>(&y);
     }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(g_at), "r"(yw[0]), "r"(yw[1]),
-                 "r"(yw[2]), "r"(yw[3])
-                 : "memory");
+    st_shared16(g_at, yw);
   }
   wgmma::fence_async_shared();  // the stores above, seen by the bulk copy's reads
   epilogue_sync();
@@ -83,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
   run_units(
-      sm, &map_x, (M + kTileM - 1) / kTileM, N / kTileN, group, (K + kBlockK - 1) / kBlockK,
+      sm, &map_x, (M + kTileM - 1) / kTileM, N / kTileN, group, K,
       [&](const Place& p) {
         return TileSource{p.row_tile * kTileM, p.rank == 0 ? &map_gate : &map_up,
                           p.col_tile * kTileN};

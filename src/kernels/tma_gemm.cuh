@@ -87,6 +87,17 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void epilogue_sync() {  // the epilogue's seven warps
   asm volatile("bar.sync 1, %0;\n" ::"n"(kEpilogueThreads) : "memory");
 }
+// 16 bytes of shared memory at addr (a unit of the staging tile) into r, and back.
+__device__ __forceinline__ void ld_shared16(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void st_shared16(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 // The same box into dst of both CTAs of the cluster, completing on each one's bar.
 __device__ __forceinline__ void tma_load_both(uint32_t dst, const CUtensorMap* map, int c0, int c1,
                                               uint32_t bar) {
@@ -154,12 +165,19 @@ __host__ __device__ inline int64_t cluster_units(int64_t tiles_m, int64_t tiles_
   return (tiles_m + kCluster - 1) / kCluster * tiles_n;
 }
 
+// Output columns of a unit whose two weight tiles are consecutive rows of one weight (two heads
+// of a projection: gdn_qkv_conv, z_gated_rmsnorm).
+constexpr int kPairCols = 2 * kTileN;
+
 // A CTA's tile of a unit, and its rank, which also says which weight tile it copies for both.
 // row_tile may be one past the last (an odd count's last pair): its rows arrive as zeros and are
 // not stored.
 struct Place {
   int row_tile, col_tile;
   uint32_t rank;
+  // Where the unit's columns are kPairCols of one weight: the first weight row of the tile this
+  // CTA copies.
+  __device__ int paired_w_row() const { return col_tile * kPairCols + int(rank) * kTileN; }
 };
 
 // Shared memory: the ring, the staging tile (product 0, then product 1), the ring's full and
@@ -188,6 +206,12 @@ struct Smem {
     bar_init(staged_full, kConsumerThreads);
     bar_init(staged_empty, 1);
     bar_init_fence();
+  }
+  // Epilogue thread e, done reading the staging tile: once all seven warps are, it is free for the
+  // consumers' next products.
+  __device__ void release_staged(int e) const {
+    epilogue_sync();
+    if (e == 0) bar_arrive(staged_empty);
   }
 };
 
@@ -287,18 +311,19 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 // The body every tma_gemm kernel runs once it has carved its shared memory: the barriers, then
 // each thread in its role over this cluster's units (first, then every grid's worth of clusters
 // on), then the cluster's last sync. The GEMM has tiles_m row tiles and tiles_n column tiles,
-// walked in UnitOrder with `group`. source(place): this CTA's TileSource for its Place in a unit;
-// epilogue(e, place, parity): epilogue thread e's part of it, parity the unit's count mod 2 (the
-// staging barriers' phase).
+// walked in UnitOrder with `group`, and inner dimension K. source(place): this CTA's TileSource for
+// its Place in a unit; epilogue(e, place, parity): epilogue thread e's part of it, parity the
+// unit's count mod 2 (the staging barriers' phase).
 template <class Source, class Epilogue>
 __device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map_x, int tiles_m,
-                                          int tiles_n, int group, int k_blocks, Source source,
+                                          int tiles_n, int group, int K, Source source,
                                           Epilogue epilogue) {
   const int tid = int(threadIdx.x);
   const int first = int(blockIdx.x) / kCluster, stride = int(gridDim.x) / kCluster;
   const uint32_t rank = cluster_rank();
   const UnitOrder order{(tiles_m + kCluster - 1) / kCluster, tiles_n, group};
-  const int units = order.pairs * tiles_n;
+  const int units = int(cluster_units(tiles_m, tiles_n));
+  const int k_blocks = (K + kBlockK - 1) / kBlockK;
   const auto place = [&](int u) {
     const int2 pc = order(u);
     return Place{pc.x * kCluster + int(rank), pc.y, rank};

@@ -26,8 +26,7 @@ using namespace tma_gemm;
 using detail::load_raw;
 using detail::Raw;
 
-constexpr int kHeadDim = kTileN;  // a head is a tile's columns
-constexpr int kPairCols = 2 * kTileN;
+constexpr int kHeadDim = kTileN;                // a head is a tile's columns
 constexpr int kVec = 8;                         // values a lane: one 16-byte access
 constexpr int kLanesPerHead = kHeadDim / kVec;  // the norm's lane group
 constexpr int kEpilogueWarps = kEpilogueThreads / 32;
@@ -65,9 +64,7 @@ __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a,
     const Raw<kVec> o_raw = next;
     next = o_row(i + 1);
     Raw<kVec> z_raw;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(z_raw.h[0]), "=r"(z_raw.h[1]), "=r"(z_raw.h[2]), "=r"(z_raw.h[3])
-                 : "r"(wgmma::swizzled(staged, kTileM, i, col)));
+    ld_shared16(wgmma::swizzled(staged, kTileM, i, col), z_raw.h);
     float ov[kVec], sum_sq = 0.f;
 #pragma unroll
     for (int v = 0; v < kVec; ++v) {
@@ -83,8 +80,7 @@ __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a,
     }
     detail::store8(a.out + (m0 + i) * int64_t(a.Vd) + c, kVec, true, y);
   }
-  epilogue_sync();  // every warp done reading the staging tile
-  if (e == 0) bar_arrive(sm.staged_empty);
+  sm.release_staged(e);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -94,10 +90,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
   run_units(
-      sm, &map_h, (a.M + kTileM - 1) / kTileM, a.Vd / kPairCols, group, (K + kBlockK - 1) / kBlockK,
+      sm, &map_h, (a.M + kTileM - 1) / kTileM, a.Vd / kPairCols, group, K,
       [&](const Place& p) {
-        return TileSource{p.row_tile * kTileM, &map_wz,
-                          p.col_tile * kPairCols + int(p.rank) * kTileN};
+        return TileSource{p.row_tile * kTileM, &map_wz, p.paired_w_row()};
       },
       [&](int e, const Place& p, uint32_t parity) {
         norm_epilogue(sm, a, e, p.row_tile * kTileM, p.col_tile * kPairCols, parity);
