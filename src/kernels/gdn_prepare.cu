@@ -44,6 +44,7 @@
 #include "kernels/gdn_chunk.cuh"
 #include "kernels/mbarrier.cuh"
 #include "kernels/tma.cuh"
+#include "kernels/wgmma.cuh"
 
 namespace flide::kernels::gdn_detail {
 namespace {
@@ -75,8 +76,7 @@ struct PrepCfg : Dims<DK, DV> {
 template <int DK>
 __device__ __forceinline__ uint32_t key_unit(uint32_t tile, int r, int u) {
   if constexpr (PrepCfg<DK, DK>::kTma)
-    return tile + uint32_t(u >> 3) * uint32_t(kChunk * 128) + uint32_t(r) * 128u +
-           (uint32_t((u & 7) ^ (r & 7)) << 4);
+    return wgmma::swizzled(tile, kChunk, r, 8 * u);
   else
     return tile + uint32_t(r * Dims<DK, DK>::kLdH + 8 * u) * 2u;
 }
