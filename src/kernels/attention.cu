@@ -92,13 +92,13 @@ __device__ __forceinline__ void walk_key_blocks(const Params& p, int parent, con
                                                 const int* s_hi, Load load, Compute compute) {
   Cursor cur = path_cursor(p, parent);
   KeyBlock blk;
-  bool have = next_block(cur, p, s_lo, s_hi, blk);
+  bool have = next_block<kN>(cur, p, s_lo, s_hi, blk);
   if (have) load(0, blk);
   cp_async_commit();  // Q and stage 0
   for (int stage = 0; have; stage ^= 1) {
     __syncthreads();  // every warp is done with the other stage (block b - 1)
     KeyBlock next;
-    const bool have_next = next_block(cur, p, s_lo, s_hi, next);
+    const bool have_next = next_block<kN>(cur, p, s_lo, s_hi, next);
     if (have_next) load(stage ^ 1, next);
     cp_async_commit();  // possibly empty, so "all but the newest" below is block b's group
     cp_async_wait<1>();
@@ -353,7 +353,8 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
                            const __nv_bfloat16* qg) {
   (void)q_rows;  // the plan carries each row's stream row
   if (R == 0) return cudaSuccess;
-  if (R < 0 || n_tiles <= 0 || heads_kv <= 0 || heads_q <= 0 || heads_q % heads_kv != 0)
+  if (R < 0 || n_tiles <= 0 || heads_kv <= 0 || heads_q <= 0 || heads_q % heads_kv != 0 ||
+      heads_q > INT16_MAX)  // RowTable's 16-bit query heads
     return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(qg) % 4 != 0) return cudaErrorMisalignedAddress;
   if (!q || !k || !v || !out || !plan || !meta.path_begin || !meta.path_nodes ||

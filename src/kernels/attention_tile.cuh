@@ -23,7 +23,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kM = 16 * kWarps;  // packed (row, head) query rows per CTA
-constexpr int kN = 64;           // keys per staged K/V block
+constexpr int kN = 64;           // keys per staged K/V block (the mma.sync kernel's)
 
 constexpr int kHeaderWords = 4;
 constexpr int kTileWords = 4;
@@ -58,7 +58,8 @@ using detail::cp_async_wait;
 using detail::smem_u32;
 
 // Walks a CTA's key blocks: the parent's path root first (dense), then every own node of the
-// CTA's rows in increasing offset (causal), each range cut into kN-key blocks from its start.
+// CTA's rows in increasing offset (causal), each range cut into blocks of the kernel's block size
+// (kN, or the wgmma kernel's 80) from its start.
 // All threads run it identically (CTA-uniform).
 struct Cursor {
   int pos = 0, end = 0;             // rest of the current range [pos, end)
@@ -77,14 +78,15 @@ __device__ __forceinline__ Cursor path_cursor(const Params& p, int parent) {
   return c;
 }
 
-// One staged block: keys [kb, ke), ke - kb <= kN; own: a block of the rows' own nodes (masked
-// causally), else of the dense ancestor part.
+// One staged block: keys [kb, ke), ke - kb <= the block size; own: a block of the rows' own nodes
+// (masked causally), else of the dense ancestor part.
 struct KeyBlock {
   int kb = 0, ke = 0;
   bool own = false;
 };
 
-// The walk's next block into `b`; false when the walk is done.
+// The walk's next block of at most kBlockN keys into `b`; false when the walk is done.
+template <int kBlockN>
 __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, const int* s_lo,
                                            const int* s_hi, KeyBlock& b) {
   while (c.pos >= c.end) {
@@ -111,23 +113,24 @@ __device__ __forceinline__ bool next_block(Cursor& c, const Params& p, const int
     c.end = end;
   }
   b.kb = c.pos;
-  b.ke = c.end - c.pos < kN ? c.end : c.pos + kN;
+  b.ke = c.end - c.pos < kBlockN ? c.end : c.pos + kBlockN;
   b.own = c.own;
   c.pos = b.ke;
   return true;
 }
 
 // The CTA's rows: threads < kM fill the table of its packed rows, kM entries each: q / out row
-// (-1: unused), stream row, offset of the row's node (INT_MAX: unused), query head.
+// (-1: unused), stream row, offset of the row's node (INT_MAX: unused), query head (16 bits, so
+// that the hd-256 kernel's 80-key stages fit beside it; tree_attention refuses heads_q >= 2^15).
 struct RowTable {
-  static constexpr size_t kBytes = 4 * kM * sizeof(int);
+  static constexpr size_t kBytes = 3 * kM * sizeof(int) + kM * sizeof(int16_t);
   int* r;
   int* hi;
   int* lo;
-  int* qh;
+  int16_t* qh;
   // The table's four columns, kM entries each, from `table` (kBytes of shared memory).
   static __device__ RowTable carve(int* table) {
-    return {table, table + kM, table + 2 * kM, table + 3 * kM};
+    return {table, table + kM, table + 2 * kM, reinterpret_cast<int16_t*>(table + 3 * kM)};
   }
 };
 
@@ -157,7 +160,7 @@ __device__ __forceinline__ bool load_row_table(const Params& p, const RowTable& 
       rows.r[tid] = rd[0];
       rows.hi[tid] = rd[1];
       rows.lo[tid] = rd[2];
-      rows.qh[tid] = kvh * p.group + pr % p.group;
+      rows.qh[tid] = int16_t(kvh * p.group + pr % p.group);
     } else {
       rows.r[tid] = -1;
       rows.hi[tid] = -1;
@@ -218,24 +221,25 @@ struct RowPair {
         hi1(rows.hi[row1]) {}
 };
 
-// Turns one key block's scores S (a warp's 16 rows x kN keys as m16n8 accumulators: element e of
-// n-tile nt is key kb + 8 nt + 2 t + (e & 1), row0 for e < 2, else row1) into P in place: scaled
-// to log2 units, masked (keys past ke; in an own block, keys outside [lo, stream row] of the
-// row), exponentiated against the updated running max. Updates the rows' max and sum and returns
-// the factors (x: row0, y: row1) by which their O must be rescaled (exactly 1 when the max did
-// not move).
-__device__ __forceinline__ float2 softmax_block(float (&s)[kN / 8][4], RowPair& rp,
-                                                const KeyBlock& b, float scale_log2, int quad_t) {
+// Turns one key block's scores S (a warp's 16 rows x kNT n-tiles of 8 keys as m16n8 accumulators:
+// element e of n-tile nt is key kb + 8 nt + 2 t + (e & 1), row0 for e < 2, else row1) into P in
+// place: scaled to log2 units, masked (keys past ke; in an own block, keys outside [lo, stream row]
+// of the row), exponentiated against the updated running max. Updates the rows' max and sum and
+// returns the factors (x: row0, y: row1) by which their O must be rescaled (exactly 1 when the max
+// did not move).
+template <int kNT>
+__device__ __forceinline__ float2 softmax_block(float (&s)[kNT][4], RowPair& rp, const KeyBlock& b,
+                                                float scale_log2, int quad_t) {
   const int kb = b.kb, ke = b.ke;
   const bool own = b.own;
-  if (!own && ke - kb == kN) {
+  if (!own && ke - kb == 8 * kNT) {
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt)
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] *= scale_log2;
   } else {
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
+    for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = kb + nt * 8 + 2 * quad_t + (e & 1);
@@ -246,10 +250,10 @@ __device__ __forceinline__ float2 softmax_block(float (&s)[kN / 8][4], RowPair& 
       }
     }
   }
-  // A row's four threads (one quad) hold its kN scores.
+  // A row's four threads (one quad) hold its 8 kNT scores.
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-  for (int nt = 0; nt < kN / 8; ++nt) {
+  for (int nt = 0; nt < kNT; ++nt) {
     mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
     mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
   }
@@ -265,7 +269,7 @@ __device__ __forceinline__ float2 softmax_block(float (&s)[kN / 8][4], RowPair& 
   rp.m1 = mn1;
   float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-  for (int nt = 0; nt < kN / 8; ++nt) {
+  for (int nt = 0; nt < kNT; ++nt) {
     s[nt][0] = exp2f(s[nt][0] - mn0);
     s[nt][1] = exp2f(s[nt][1] - mn0);
     s[nt][2] = exp2f(s[nt][2] - mn1);
@@ -293,7 +297,8 @@ __device__ __forceinline__ void rescale(float (&o)[kDimTiles][4], float2 alpha) 
 }
 
 // The A fragment (m16n8k16, bf16) of P's k-step ks: the C fragments of n-tiles 2 ks, 2 ks + 1.
-__device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN / 8][4], int ks) {
+template <int kNT>
+__device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kNT][4], int ks) {
   detail::acc_pair_as_a(a, s[2 * ks], s[2 * ks + 1]);
 }
 

@@ -10,10 +10,15 @@
 // (the softmax's own fragments) and V from shared memory: K and V are read once per 64 rows
 // instead of once per 16.
 //
+// Key blocks of kBN = 80 keys (the mma.sync kernel's are kN = 64): S is one m64n80k16 a k-step,
+// so each 64-row k-step of Q, read from shared memory once per product, serves 80 keys instead of
+// 64, and a block's fixed costs (its barriers, the softmax's reductions, the rescale) are spread
+// over 25% more keys; a 70-token question fits one own block instead of two.
+//
 // Shared memory (1024-byte aligned, wgmma.cuh's 128-byte swizzle): Q [kM rows][256] (64 KB),
-// then two stages of K and V [kN keys][256] (32 KB each), then the row table and the stages'
-// barriers. Q and K are read K-major (k = the head dim, contiguous), V MN-major (n = the head
-// dim, contiguous).
+// then two stages of K and V [kBN keys][256] (40 KB each), then the row table and the stages'
+// barriers: 232,224 of the 232,448 bytes a block may have. Q and K are read K-major (k = the head
+// dim, contiguous), V MN-major (n = the head dim, contiguous).
 #include <type_traits>
 
 #include "kernels/attention_tile.cuh"
@@ -26,15 +31,18 @@ namespace flide::kernels::attention_detail {
 namespace {
 
 constexpr int kHd = 256;
-constexpr uint32_t kQBytes = kM * kHd * 2;                   // 64 KB
-constexpr uint32_t kKVBytes = kN * kHd * 2;                  // 32 KB: K or V of one stage
-constexpr uint32_t kStageBytes = 2 * kKVBytes;               // K then V
-constexpr uint32_t kQChunk = kM * 128, kKVChunk = kN * 128;  // bytes of one 64-column chunk
+constexpr int kBN = 80;                                       // keys a block
+constexpr uint32_t kQBytes = kM * kHd * 2;                    // 64 KB
+constexpr uint32_t kKVBytes = kBN * kHd * 2;                  // 40 KB: K or V of one stage
+constexpr uint32_t kStageBytes = 2 * kKVBytes;                // K then V
+constexpr uint32_t kQChunk = kM * 128, kKVChunk = kBN * 128;  // bytes of one 64-column chunk
+static_assert(kKVChunk % 1024 == 0 && kBN % 16 == 0, "swizzle atoms; k16 steps of P V");
 // After the row table: each stage's full barrier (its copies have landed) and empty barrier
 // (every thread is done with it).
 constexpr size_t kBarrierBytes = 4 * sizeof(uint64_t);
 constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + RowTable::kBytes + kBarrierBytes;
 static_assert(kM == 128 && kThreads == 256, "two warpgroups of 64 packed rows");
+static_assert(kSmemBytes <= 232448, "a block's shared memory on sm_90");
 
 __global__ void __launch_bounds__(kThreads, 1)
     tree_attention_wgmma_kernel(const Params p, const __grid_constant__ CUtensorMap map_k,
@@ -72,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // what it made.)
   float o[kHd / 8][4];
 
-  // A stage: K then V, each [kN keys][kHd] swizzled, as eight bulk tensor copies of [kN][64]
+  // A stage: K then V, each [kBN keys][kHd] swizzled, as eight bulk tensor copies of [kBN][64]
   // issued by thread 0. Keys past the block's end are whatever rows follow (finite: every
   // stream row has its K and V), or zeros past the stream's end; the mask gives them P = 0.
   auto load_stage = [&](int stage, const KeyBlock& b) {
@@ -93,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // once block b - 1's stage is empty.
   Cursor cur = path_cursor(p, parent);
   KeyBlock blk;
-  bool have = next_block(cur, p, rows.lo, rows.hi, blk);
+  bool have = next_block<kBN>(cur, p, rows.lo, rows.hi, blk);
   if (have && tid == 0) load_stage(0, blk);
   cp_async_commit();  // Q
   cp_async_wait<0>();
@@ -107,10 +115,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;
 
     // S = Q K^T: 16 k-steps of the head dim, 4 per 64-column chunk.
-    float s[kN / 8][4];
+    float s[kBN / 8][4];
     const auto s_step = [&](auto accumulate, int ks) {
       const uint32_t k_off = uint32_t(ks & 3) * 32;
-      wgmma::mma_ss<decltype(accumulate)::value>(
+      wgmma::mma_ss_n80<decltype(accumulate)::value>(
           s, wgmma::descriptor(q_rows + (ks >> 2) * kQChunk + k_off, 16, 1024),
           wgmma::descriptor(sK + (ks >> 2) * kKVChunk + k_off, 16, 1024));
     };
@@ -121,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::commit();
     // The next block's copies go out while the tensor cores make S.
     KeyBlock next;
-    const bool have_next = next_block(cur, p, rows.lo, rows.hi, next);
+    const bool have_next = next_block<kBN>(cur, p, rows.lo, rows.hi, next);
     if (have_next && tid == 0) {
       if (b > 0) detail::bar_wait(empty(stage ^ 1), uint32_t((b - 1) >> 1) & 1u);
       load_stage(stage ^ 1, next);
@@ -133,12 +141,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // P's fragments are packed first: registers wgmma reads must not be written between fence
     // and commit (nor, since the wait comes a block later, before it: a is not touched again
     // until then).
-    uint32_t a[kN / 16][4];
+    uint32_t a[kBN / 16][4];
 #pragma unroll
-    for (int ks = 0; ks < kN / 16; ++ks) p_fragment(a[ks], s, ks);
+    for (int ks = 0; ks < kBN / 16; ++ks) p_fragment(a[ks], s, ks);
     wgmma::fence();
 #pragma unroll
-    for (int ks = 0; ks < kN / 16; ++ks)
+    for (int ks = 0; ks < kBN / 16; ++ks)
 #pragma unroll
       for (int c = 0; c < kHd / 64; ++c)
         wgmma::mma_rs<true>(*reinterpret_cast<float(*)[8][4]>(&o[8 * c]), a[ks],
@@ -163,8 +171,8 @@ cudaError_t launch_wgmma_hd256(const Params& p, int64_t n_tokens, unsigned grid,
   cudaError_t err = detail::raise_smem_limit<tree_attention_wgmma_kernel, int(kSmemBytes)>();
   CUtensorMap map_k, map_v;
   const int64_t cols = int64_t(p.heads_kv) * kHd;
-  if (err == cudaSuccess) err = detail::tile_map(map_k, p.k, n_tokens, cols, kN);
-  if (err == cudaSuccess) err = detail::tile_map(map_v, p.v, n_tokens, cols, kN);
+  if (err == cudaSuccess) err = detail::tile_map(map_k, p.k, n_tokens, cols, kBN);
+  if (err == cudaSuccess) err = detail::tile_map(map_v, p.v, n_tokens, cols, kBN);
   if (err != cudaSuccess) return err;
   tree_attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, map_k, map_v);
   return cudaGetLastError();

@@ -72,6 +72,27 @@ __device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b)
     asm volatile(FLIDE_WGMMA_SS : FLIDE_WGMMA_D32("=f") : "l"(a), "l"(b), "r"(0));
 #undef FLIDE_WGMMA_SS
 }
+// d[64 x 80] = A[64 x 16] B[16 x 80] (+ d when kAccumulate), both operands from shared memory,
+// both K-major: the hd-256 attention's S over a block of 80 keys. Written like mma_ss.
+template <bool kAccumulate>
+__device__ __forceinline__ void mma_ss_n80(float (&d)[10][4], uint64_t a, uint64_t b) {
+#define FLIDE_WGMMA_D40(c)                                                                    \
+  FLIDE_WGMMA_D32(c), c(d[8][0]), c(d[8][1]), c(d[8][2]), c(d[8][3]), c(d[9][0]), c(d[9][1]), \
+      c(d[9][2]), c(d[9][3])
+#define FLIDE_WGMMA_SS80                                                                  \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                            \
+  "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {"                                \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+  "%36, %37, %38, %39"                                                                    \
+  "}, %40, %41, p, 1, 1, 0, 0;\n}\n"
+  if constexpr (kAccumulate)
+    asm volatile(FLIDE_WGMMA_SS80 : FLIDE_WGMMA_D40("+f") : "l"(a), "l"(b), "r"(1));
+  else  // d written only: "=f"
+    asm volatile(FLIDE_WGMMA_SS80 : FLIDE_WGMMA_D40("=f") : "l"(a), "l"(b), "r"(0));
+#undef FLIDE_WGMMA_SS80
+#undef FLIDE_WGMMA_D40
+}
 // d[64 x 64] = A[64 x 16] B[16 x 64] (+ d when accumulate), A from registers (the warp's 16 rows
 // as an m16n8k16 A fragment), B from shared memory, K-major or, with kBTransposed, MN-major.
 template <bool kBTransposed>
