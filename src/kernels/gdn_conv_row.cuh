@@ -25,28 +25,40 @@ struct Bf16Taps {
   }
 };
 
-// Conv and SiLU of one row: y from the K-1 previous inputs hist (oldest first) and this row's
-// input xr, which then enters hist. Returns the sum of y's squares (fp32, in channel order).
-// wt(j, v): tap j of channel v as fp32 (tap K - 1 multiplies the current row).
-template <int K, int kVec, class Taps>
-__device__ __forceinline__ float conv_silu_row(const Taps& wt,
-                                               float (&hist)[K > 1 ? K - 1 : 1][kVec],
-                                               const Raw<kVec>& xr, float (&y)[kVec]) {
+// Conv and SiLU of one row: y_v = silu(sum_j wt(j, v) in(j, v)), rounded to bf16 (the value an
+// unfused conv would have stored), over the K inputs in(j, v) of channel v, oldest first
+// (in(K - 1, v): the row's own). Returns the sum of y's squares (fp32, in channel order). Every
+// caller goes through here, so that the conv kernel and the fused epilogue give the same bits.
+template <int K, int kVec, class Taps, class In>
+__device__ __forceinline__ float conv_silu(const Taps& wt, const In& in, float (&y)[kVec]) {
   float sum_sq = 0.f;
 #pragma unroll
   for (int v = 0; v < kVec; ++v) {
-    const float xv = raw_at(xr, v);
     float acc = 0.f;  // same order as the CPU: oldest input first
 #pragma unroll
-    for (int j = 0; j < K - 1; ++j) acc += wt(j, v) * hist[j][v];
-    acc += wt(K - 1, v) * xv;
+    for (int j = 0; j < K; ++j) acc += wt(j, v) * in(j, v);
     // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the same
     // way)
     y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
     sum_sq = fmaf(y[v], y[v], sum_sq);
+  }
+  return sum_sq;
+}
+
+// conv_silu of one row from the K-1 previous inputs hist (oldest first) and this row's input xr,
+// which then enters hist. wt(j, v): tap j of channel v as fp32 (tap K - 1 multiplies the current
+// row).
+template <int K, int kVec, class Taps>
+__device__ __forceinline__ float conv_silu_row(const Taps& wt,
+                                               float (&hist)[K > 1 ? K - 1 : 1][kVec],
+                                               const Raw<kVec>& xr, float (&y)[kVec]) {
+  const float sum_sq = conv_silu<K, kVec>(
+      wt, [&](int j, int v) { return j < K - 1 ? hist[j][v] : raw_at(xr, v); }, y);
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) {
 #pragma unroll
     for (int j = 0; j + 1 < K - 1; ++j) hist[j][v] = hist[j + 1][v];
-    if constexpr (K > 1) hist[K - 2][v] = xv;
+    if constexpr (K > 1) hist[K - 2][v] = raw_at(xr, v);
   }
   return sum_sq;
 }

@@ -112,30 +112,35 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
     const int off = a.meta.node_offset[n], len = a.meta.node_length[n];
     const int seg_end = min(i_end, off + len - row0);
     const int slot_in = a.meta.node_slot_in[n], slot_out = a.meta.node_slot_out[n];
-    float hist[kHalo][kVec];  // the inputs of rows r - 3 .. r - 1
+    // The inputs of rows r - 3 .. r as they were staged (bf16), oldest first, and the next
+    // staged row, loaded a row early: with the tensor cores reading shared memory beside them, a
+    // staged load held a warp ~480 cycles (bench/results/2026-12-01-fused-epilogues.md).
+    Raw<kVec> win[kConvK];
 #pragma unroll
     for (int j = 0; j < kHalo; ++j) {
       const int s = r - kHalo + j;
-      const Raw<kVec> in =
+      win[j] =
           s >= off ? staged_row(s - row0 + kHalo)
           : slot_in >= 0
               ? load_raw<kVec>(a.window + (int64_t(slot_in) * kHalo + kHalo + s - off) * a.C + c)
               : zero_raw<kVec>();
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) hist[j][v] = detail::raw_at(in, v);
     }
-    // One row at a time: two side by side (more independent chains) spilled at 96 registers a
-    // thread and ran slower (bench/results/2026-11-30-fused-gdn-conv.md).
+    Raw<kVec> next = staged_row(i + kHalo);
     for (; i < seg_end; ++i) {
+      win[kHalo] = next;
+      next = staged_row(min(i + 1 + kHalo, kTileM - 1));  // past the tile: unused
       float y[kVec];
-      const float sum_sq = detail::conv_silu_row<kConvK, kVec>(wt, hist, staged_row(i + kHalo), y);
+      const float sum_sq = detail::conv_silu<kConvK, kVec>(
+          wt, [&](int j, int v) { return detail::raw_at(win[j], v); }, y);
       if (norm_warp) detail::qk_norm<kVec>(y, sum_sq, kLanesPerHead, qk, a.eps);
       detail::store8(out + int64_t(row0 + i) * ld, kVec, true, y);
+#pragma unroll
+      for (int j = 0; j < kHalo; ++j) win[j] = win[j + 1];
     }
     if (slot_out >= 0 && off + len == row0 + seg_end) {  // the node's last row was this warp's
       bf16* dst = a.window + int64_t(slot_out) * kHalo * a.C + c;
 #pragma unroll
-      for (int j = 0; j < kHalo; ++j) detail::store8(dst + int64_t(j) * a.C, kVec, true, hist[j]);
+      for (int j = 0; j < kHalo; ++j) detail::store_raw<kVec>(dst + int64_t(j) * a.C, win[j]);
     }
   }
   sm.release_staged(e);
