@@ -26,6 +26,9 @@ namespace flide::kernels {
 namespace {
 
 using detail::load8;
+using detail::load_raw8;
+using detail::Raw;
+using detail::raw_at;
 using detail::store8;
 
 // 512 rather than 1024 threads per block leaves 128 registers a thread, room for the cached
@@ -45,26 +48,26 @@ struct RmsNormOp {
   bool unit_offset;
 
   __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
-  __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
-    load8(in_row(r, dim) + e, dim - e, vec, v);
+  __device__ Raw<8> load(int64_t r, int64_t dim, int64_t e, bool vec) const {
+    return load_raw8(in_row(r, dim) + e, dim - e, vec);
   }
   __device__ void load_side(int64_t, int64_t, int64_t, bool, Side&) const {}
   __device__ float scale(float sum_sq, int64_t dim) const {
     return detail::rms_scale(sum_sq, dim, eps);
   }
-  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
-                         const Side&, float s) const {
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const Raw<8>& v, const Side&,
+                         float s) const {
     float wv[8], y[8];
     load8(w + e, dim - e, vec, wv);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) y[k] = v[k] * s * (unit_offset ? 1.f + wv[k] : wv[k]);
+    for (int k = 0; k < 8; ++k) y[k] = raw_at(v, k) * s * (unit_offset ? 1.f + wv[k] : wv[k]);
     store8(out + r * dim + e, dim - e, vec, y);
   }
 };
 
 struct GatedRmsNormOp {
   struct Side {
-    float z[8];
+    Raw<8> z;
   };
   const bf16* o;  // [rows, dim]
   const bf16* z;  // [rows, dim]
@@ -73,23 +76,21 @@ struct GatedRmsNormOp {
   float eps;
 
   __device__ const bf16* in_row(int64_t r, int64_t dim) const { return o + r * dim; }
-  __device__ void load(int64_t r, int64_t dim, int64_t e, bool vec, float (&v)[8]) const {
-    load8(in_row(r, dim) + e, dim - e, vec, v);
+  __device__ Raw<8> load(int64_t r, int64_t dim, int64_t e, bool vec) const {
+    return load_raw8(in_row(r, dim) + e, dim - e, vec);
   }
   __device__ void load_side(int64_t r, int64_t dim, int64_t e, bool vec, Side& side) const {
-    load8(z + r * dim + e, dim - e, vec, side.z);
+    side.z = load_raw8(z + r * dim + e, dim - e, vec);
   }
   __device__ float scale(float sum_sq, int64_t dim) const {
     return detail::rms_scale(sum_sq, dim, eps);
   }
-  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const float (&v)[8],
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const Raw<8>& v,
                          const Side& side, float s) const {
     float wv[8], y[8];
     load8(w + e, dim - e, vec, wv);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      y[k] = detail::gated_rms(wv[k], v[k], s, side.z[k]);
-    }
+    for (int k = 0; k < 8; ++k) y[k] = detail::gated_rms(wv[k], raw_at(v, k), s, raw_at(side.z, k));
     store8(out + r * dim + e, dim - e, vec, y);
   }
 };
@@ -112,24 +113,23 @@ __global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
     const int64_t r = first + int(threadIdx.x) / group;
     const bool live = r < rows;
 
-    float cache[V][8];
+    Raw<8> cache[V];  // the row's own bf16, widened where used: half the registers of fp32
     typename Op::Side side[V];
     float sum_sq = 0.f;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = lane + int64_t(v) * group;
       if (live && c < n_chunks) {
-        op.load(r, dim, 8 * c, vec, cache[v]);
+        cache[v] = op.load(r, dim, 8 * c, vec);
         op.load_side(r, dim, 8 * c, vec, side[v]);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) sum_sq = fmaf(cache[v][k], cache[v][k], sum_sq);
+        for (int k = 0; k < 8; ++k) sum_sq = fmaf(raw_at(cache[v], k), raw_at(cache[v], k), sum_sq);
       }
     }
     for (int64_t c = lane + int64_t(V) * group; kLong && live && c < n_chunks; c += group) {
-      float t[8];
-      op.load(r, dim, 8 * c, vec, t);
+      const Raw<8> t = op.load(r, dim, 8 * c, vec);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) sum_sq = fmaf(t[k], t[k], sum_sq);
+      for (int k = 0; k < 8; ++k) sum_sq = fmaf(raw_at(t, k), raw_at(t, k), sum_sq);
     }
 
     sum_sq = detail::group_sum_lanes(sum_sq, group < 32 ? group : 32);
@@ -151,9 +151,8 @@ __global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
       if (c < n_chunks) op.finish(r, dim, 8 * c, vec, cache[v], side[v], s);
     }
     for (int64_t c = lane + int64_t(V) * group; kLong && c < n_chunks; c += group) {
-      float t[8];
       typename Op::Side sd;
-      load8(in + 8 * c, dim - 8 * c, vec, t);
+      const Raw<8> t = load_raw8(in + 8 * c, dim - 8 * c, vec);
       op.load_side(r, dim, 8 * c, vec, sd);
       op.finish(r, dim, 8 * c, vec, t, sd, s);
     }
@@ -161,8 +160,11 @@ __global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
 }
 
 // Group size from dim only (determinism, see the file top): up to 32 chunks a power-of-two
-// group with one chunk per thread (several rows per warp for head-sized rows), up to 64 chunks a
-// warp with two, beyond that a block of up to kMaxGroup threads with two chunks per thread.
+// group with one chunk per thread (several rows per warp for head-sized rows), up to 128 chunks a
+// warp with two or four, beyond that a block of up to kMaxGroup threads with two chunks per
+// thread. A warp's row needs no block barrier, so up to 0.8B's hidden size of 1,024 a warp's rows
+// follow each other without waiting on the block (as a block of 64 threads a row, the 1,024 norm
+// moved 2.6 TB/s: bench/results/2026-12-01-norm-warp-rows.md).
 template <class Op>
 cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return cudaSuccess;
@@ -174,11 +176,13 @@ cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaS
     norm_rows_kernel<Op, 1, false>
         <<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(op, rows, dim, group,
                                                                             vec);
-  } else if (n_chunks <= 64) {
+  } else if (n_chunks <= 128) {
     constexpr int threads = kPackedThreads, group = 32;
-    norm_rows_kernel<Op, 2, false>
-        <<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(op, rows, dim, group,
-                                                                            vec);
+    const int blocks = detail::blocks_for(rows, threads / group);
+    if (n_chunks <= 64)
+      norm_rows_kernel<Op, 2, false><<<blocks, threads, 0, stream>>>(op, rows, dim, group, vec);
+    else
+      norm_rows_kernel<Op, 4, false><<<blocks, threads, 0, stream>>>(op, rows, dim, group, vec);
   } else {
     const int64_t per_thread2 = (n_chunks + 1) / 2;
     const int group = int(std::min<int64_t>(kMaxGroup, (per_thread2 + 31) / 32 * 32));

@@ -67,15 +67,13 @@ TEST_P(CudaNorm, GatedRmsnorm) {
   expect_rms("gated_rmsnorm", p.got(out), p.ref(out), kTolBf16, cat("[", R, ", ", C, "]"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaNorm,
-                         ::testing::Values(NormShape{1, 1}, NormShape{1, 16}, NormShape{7, 37},
-                                           NormShape{130, 24}, NormShape{200, 128},
-                                           NormShape{65, 256}, NormShape{3, 1000},
-                                           NormShape{2, 4096}, NormShape{300, 1024},
-                                           NormShape{3, 10000}, NormShape{2, 9001}),
-                         [](const auto& info) {
-                           return cat(info.param.rows, "x", info.param.cols);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaNorm,
+    ::testing::Values(NormShape{1, 1}, NormShape{1, 16}, NormShape{7, 37}, NormShape{130, 24},
+                      NormShape{200, 128}, NormShape{65, 256}, NormShape{3, 1000},
+                      NormShape{4, 777}, NormShape{2, 4096}, NormShape{300, 1024},
+                      NormShape{3, 10000}, NormShape{2, 9001}),
+    [](const auto& info) { return cat(info.param.rows, "x", info.param.cols); });
 
 // ---- matmul ----
 
