@@ -246,6 +246,37 @@ TEST_P(EngineLoopTest, ARoundRefusedWhileAnotherIsInFlightFailsOnlyItsCulprit) {
   EXPECT_EQ(status_of(after), 200);
 }
 
+// Five requests arrive while one runs: balanced, the next round takes three of the six (half,
+// rounded up) and the last two follow; unbalanced, all five go together.
+TEST_P(EngineLoopTest, ARoundFormedWhileAnotherRunsTakesHalfTheRequestsWhenBalanced) {
+  if (!overlapped_) GTEST_SKIP() << "rounds are formed while another runs only when they overlap";
+  for (const bool balance : {true, false}) {
+    SCOPED_TRACE(balance ? "balanced" : "unbalanced");
+    std::promise<void> at_tail, resume;
+    std::shared_future<void> resumed = resume.get_future().share();
+    overlapped_->tails = 0;
+    overlapped_->on_first_tail = [&] {
+      at_tail.set_value();
+      resumed.wait();
+    };
+    Metrics metrics;
+    EngineOptions o = options(ExecMode::ExecMode_fork, 8, 100000);
+    o.balance_rounds = balance;
+    EngineLoop loop(*model_, o, metrics);
+    std::vector<std::future<nlohmann::ordered_json>> answers;
+    answers.push_back(loop.submit(request("Running."), nullptr));
+    at_tail.get_future().wait();  // its round is on the device, the next not yet formed
+    for (int i = 0; i < 5; ++i)
+      answers.push_back(loop.submit(request(cat("Waiting ", i)), nullptr));
+    resume.set_value();
+    for (auto& answer : answers) EXPECT_EQ(status_of(answer), 200);
+    loop.stop();
+    const std::string text = metrics.render();
+    EXPECT_EQ(metric(text, "flide_round_requests_sum"), 6);
+    EXPECT_EQ(metric(text, "flide_round_requests_count"), balance ? 3 : 2);
+  }
+}
+
 TEST_P(EngineLoopTest, StoppingAnswersWaitingRequestsWith503) {
   EngineLoop loop(*model_, options(ExecMode::ExecMode_fork, 4096, 100000), metrics_);
   std::promise<void> started, release;

@@ -64,6 +64,11 @@ options:
                         cuda: form the next round while the running one is in its last
                         layers, and render its answers while the next computes, so the GPU
                         does not wait for the host between rounds (default: on)
+  --balance-rounds on|off
+                        with overlapped rounds: a round formed while another runs takes at
+                        most half of the requests waiting and running, so that steady clients
+                        settle into rounds of equal size, not a small and a large one in turn
+                        (default: on)
   --batch-invariant     a request's answers do not depend on what else shares its round
                         (server load), bit for bit; small rounds run slower (cuda: under
                         2,048 token rows)
@@ -130,6 +135,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"round-tokens", true},
                                        {"graphs", true},
                                        {"overlap-rounds", true},
+                                       {"balance-rounds", true},
                                        {"batch-invariant", false},
                                        {"help", false}});
   if (args.has("help")) {
@@ -158,6 +164,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   engine_options.mode = parse_mode(args.value("mode"));
   const bool graphs = parse_on_off(args.value("graphs"), "graphs");
   engine_options.overlap_rounds = parse_on_off(args.value("overlap-rounds"), "overlap-rounds");
+  engine_options.balance_rounds = parse_on_off(args.value("balance-rounds"), "balance-rounds");
   engine_options.max_queue = parse_count(args.value("max-queue"), "max-queue", 128, 1, 4096);
   engine_options.round_tokens =
       parse_count(args.value("round-tokens"), "round-tokens", 65536, 1, int64_t(1) << 30);

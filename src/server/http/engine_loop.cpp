@@ -1,8 +1,10 @@
 // The engine loop (see engine_loop.h).
 #include "server/http/engine_loop.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -82,7 +84,8 @@ void EngineLoop::run() {
       } catch (const std::exception&) {  // the device failed: collecting the round says so
       }
     }
-    std::vector<Job> jobs = next_round(/*block=*/!flight);
+    std::vector<Job> jobs =
+        next_round(/*block=*/!flight, flight ? int64_t(flight->jobs.size()) : int64_t(0));
     if (jobs.empty() && !flight) break;  // stopping
     std::optional<Flight> next;
     std::optional<std::string> refused;  // why the model refused the round as a whole (at submit)
@@ -110,14 +113,17 @@ void EngineLoop::run() {
   metrics_.set_queue_depth(0);
 }
 
-std::vector<EngineLoop::Job> EngineLoop::next_round(bool block) {
+std::vector<EngineLoop::Job> EngineLoop::next_round(bool block, int64_t running) {
   std::unique_lock<std::mutex> lock(mutex_);
   std::vector<Job> round;
   while (round.empty()) {
     if (block) wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
     if (stopping_) return {};
+    const int64_t cap = options_.balance_rounds && running > 0
+                            ? std::max<int64_t>(1, (int64_t(waiting_.size()) + running + 1) / 2)
+                            : std::numeric_limits<int64_t>::max();
     int64_t tokens = 0;
-    while (!waiting_.empty()) {
+    while (!waiting_.empty() && int64_t(round.size()) < cap) {
       Job& job = waiting_.front();
       if (job.client_gone && job.client_gone()) {
         job.answer.set_exception(std::make_exception_ptr(ApiError(

@@ -5,7 +5,8 @@
 // that arrive while a round runs join the next one (continuous batching). On an asynchronous
 // backend (CUDA) the next round is formed and queued on the device while the running round is
 // in its last layers, and the running round's answers are rendered while the next computes, so
-// the device does not idle through the host's work between rounds.
+// the device does not idle through the host's work between rounds. A round formed while another
+// runs takes at most half of the requests in the system (EngineOptions::balance_rounds).
 //
 // Admission is bounded: past `max_queue` waiting requests, submit refuses with 429 and a
 // Retry-After of about one round. A request whose client has gone is dropped just before its
@@ -38,6 +39,11 @@ struct EngineOptions {
   // Overlap a round's host work with the device's work on the round before (when the model is
   // asynchronous; flide serve --overlap-rounds).
   bool overlap_rounds = true;
+  // A round formed while another runs takes at most half of the requests in the system (waiting
+  // and running, rounded up): closed-loop clients then settle into rounds of equal size, not a
+  // small round and a large one in turn, which a round's fixed costs make slower (flide serve
+  // --balance-rounds; bench/results/2026-12-01-balanced-rounds.md).
+  bool balance_rounds = true;
   // Padding to capacity buckets (CUDA graphs); flide serve sets it from --graphs.
   RoundPolicy policy;
 };
@@ -77,8 +83,9 @@ class EngineLoop {
   };
 
   void run();
-  // The waiting requests that fit a round; with `block`, waits for one (empty when stopping).
-  std::vector<Job> next_round(bool block);
+  // The waiting requests that fit a round, `running` requests being on the device; with `block`,
+  // waits for one (empty when stopping).
+  std::vector<Job> next_round(bool block, int64_t running);
   Flight launch(std::vector<Job>& jobs);  // submits; on a throw `jobs` stay the caller's
   void land(Flight& flight);              // collects, renders and answers
   // Retries a refused round request by request (none other in flight): 500 for the one at fault.
