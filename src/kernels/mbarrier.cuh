@@ -1,5 +1,6 @@
 // Shared-memory barriers (mbarrier, sm_90) as the kernels that hand stages between threads use
-// them: tma_gemm.cuh's copier, consumers and epilogue; the hd-256 attention's stages.
+// them: tma_gemm.cuh's copier, consumers and epilogue; the hd-256 attention's stages; gdn_prepare's
+// K and Q copies.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,12 @@ __device__ __forceinline__ void bar_init_fence() {
 }
 __device__ __forceinline__ void bar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// An arrival that also announces `bytes` more to land by bulk copies (tma.cuh) before the phase
+// completes.
+__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(

@@ -1,7 +1,7 @@
 // Bulk tensor copies (TMA, sm_90) into shared memory, as the kernels that stage tiles with them
 // use them (tma_gemm.cuh's copier, the hd-256 attention's K and V): the tensor map of a
-// row-major bf16 matrix read in 64-column boxes, 128-byte swizzled (the layout of wgmma.cuh), the
-// copy of one box completing on an mbarrier, and the arrival that announces a stage's bytes.
+// row-major bf16 matrix read in 64-column boxes, 128-byte swizzled (the layout of wgmma.cuh), and
+// the copy of one box completing on an mbarrier (mbarrier.cuh's bar_expect announces its bytes).
 #pragma once
 
 #include <cuda.h>
@@ -13,11 +13,6 @@
 #include <cstring>
 
 namespace flide::kernels::detail {
-
-__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
 
 // Box (c0 = column, c1 = row) of `map` into shared memory at dst, completing on bar. Rows outside
 // the tensor (negative ones too) arrive as zeros.
