@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // barrier a block for the CTA, which kept the two warpgroups in step, so that one's softmax
   // never ran beside the other's products): a stage is full once its bytes have landed, and
   // empty once every thread has retired the products that read it. Block b's O += P V stays in
-  // flight until the next block's turn; block b + 1's copies go out right behind block b's S,
-  // once block b - 1's stage is empty.
+  // flight until block b + 1's S has been issued behind it; block b + 1's copies go out right
+  // behind block b's S, once block b - 1's stage is empty.
   Cursor cur = path_cursor(p, parent);
   KeyBlock blk;
   bool have = next_block<kBN>(cur, p, rows.lo, rows.hi, blk);
@@ -109,8 +109,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // Q, for every thread
   bool first = true;
   for (int b = 0, stage = 0; have; ++b, stage ^= 1) {
-    wgmma::wait<0>();  // block b - 1's P V
-    if (b > 0) detail::bar_arrive(empty(stage ^ 1));
     detail::bar_wait(full(stage), uint32_t(b >> 1) & 1u);
     const uint32_t sK = sKV + stage * kStageBytes, sV = sK + kKVBytes;
 
@@ -127,6 +125,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int ks = 1; ks < kHd / 16; ++ks) s_step(std::true_type{}, ks);
     wgmma::commit();
+    // S queues behind block b - 1's P V on the tensor cores (no drain between the two); once
+    // that P V has retired, its stage is handed back.
+    if (b > 0) {
+      wgmma::wait<1>();
+      detail::bar_arrive(empty(stage ^ 1));
+    }
     // The next block's copies go out while the tensor cores make S.
     KeyBlock next;
     const bool have_next = next_block<kBN>(cur, p, rows.lo, rows.hi, next);
