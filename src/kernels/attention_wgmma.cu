@@ -141,7 +141,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::wait<0>();
 
     rescale(o, softmax_block(s, rp, blk, p.scale_log2, quad_t));
-    // O += P V: 4 k-steps of the block's keys, each over the 4 64-column chunks of the head dim.
+    // O += P V: 5 k-steps of the block's keys, each one m64n256k16 over the whole head dim (V's
+    // four 64-column chunks kKVChunk apart).
     // P's fragments are packed first: registers wgmma reads must not be written between fence
     // and commit (nor, since the wait comes a block later, before it: a is not touched again
     // until then).
@@ -151,11 +152,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < kBN / 16; ++ks)
-#pragma unroll
-      for (int c = 0; c < kHd / 64; ++c)
-        wgmma::mma_rs<true>(*reinterpret_cast<float(*)[8][4]>(&o[8 * c]), a[ks],
-                            wgmma::descriptor(sV + c * kKVChunk + ks * 16 * 128, kKVChunk, 1024),
-                            !first || ks > 0);
+      wgmma::mma_rs_n256_t(o, a[ks], wgmma::descriptor(sV + ks * 16 * 128, kKVChunk, 1024),
+                           !first || ks > 0);
     wgmma::commit();
     first = false;
     blk = next;

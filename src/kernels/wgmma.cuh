@@ -1,7 +1,8 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) for bf16 operands with fp32 accumulators: shared-memory
 // matrix descriptors for the 128-byte-swizzled layout (the layout TMA's 128-byte swizzle writes
-// for 64-column boxes), m64n64k16 with A from shared memory or from registers, and m64n128k16
-// from shared memory. A warpgroup is 4 consecutive warps; all 128 threads issue each call.
+// for 64-column boxes), m64n64k16 with A from shared memory or from registers, m64n80k16 and
+// m64n128k16 from shared memory, and m64n256k16 with A from registers. A warpgroup is 4 consecutive
+// warps; all 128 threads issue each call.
 //
 // Layout (both operands, and both "K-major" and "MN-major" reads of it): a tile is cut into
 // column chunks of 64 bf16 (128 bytes); chunk c holds rows 0.. of its 64 columns, 128 bytes per
@@ -130,6 +131,46 @@ __device__ __forceinline__ void mma_ss_n128(float (&d)[16][4], uint64_t a, uint6
       : FLIDE_WGMMA_D64("+f")
       : "l"(a), "l"(b), "r"(int(accumulate)));
 #undef FLIDE_WGMMA_D64
+}
+// d[64 x 256] = A[64 x 16] B[16 x 256] (+ d when accumulate), A from registers (an m16n8k16 A
+// fragment, as mma_rs), B from shared memory MN-major: four 64-column atoms LBO apart. The hd-256
+// attention's O += P V in one instruction a k-step instead of four. d: n-tile i = d[i].
+__device__ __forceinline__ void mma_rs_n256_t(float (&d)[32][4], const uint32_t (&a)[4], uint64_t b,
+                                              bool accumulate) {
+#define FLIDE_WGMMA_D128(c)                                                                       \
+  c(d[0][0]), c(d[0][1]), c(d[0][2]), c(d[0][3]), c(d[1][0]), c(d[1][1]), c(d[1][2]), c(d[1][3]), \
+      c(d[2][0]), c(d[2][1]), c(d[2][2]), c(d[2][3]), c(d[3][0]), c(d[3][1]), c(d[3][2]),         \
+      c(d[3][3]), c(d[4][0]), c(d[4][1]), c(d[4][2]), c(d[4][3]), c(d[5][0]), c(d[5][1]),         \
+      c(d[5][2]), c(d[5][3]), c(d[6][0]), c(d[6][1]), c(d[6][2]), c(d[6][3]), c(d[7][0]),         \
+      c(d[7][1]), c(d[7][2]), c(d[7][3]), c(d[8][0]), c(d[8][1]), c(d[8][2]), c(d[8][3]),         \
+      c(d[9][0]), c(d[9][1]), c(d[9][2]), c(d[9][3]), c(d[10][0]), c(d[10][1]), c(d[10][2]),      \
+      c(d[10][3]), c(d[11][0]), c(d[11][1]), c(d[11][2]), c(d[11][3]), c(d[12][0]), c(d[12][1]),  \
+      c(d[12][2]), c(d[12][3]), c(d[13][0]), c(d[13][1]), c(d[13][2]), c(d[13][3]), c(d[14][0]),  \
+      c(d[14][1]), c(d[14][2]), c(d[14][3]), c(d[15][0]), c(d[15][1]), c(d[15][2]), c(d[15][3]),  \
+      c(d[16][0]), c(d[16][1]), c(d[16][2]), c(d[16][3]), c(d[17][0]), c(d[17][1]), c(d[17][2]),  \
+      c(d[17][3]), c(d[18][0]), c(d[18][1]), c(d[18][2]), c(d[18][3]), c(d[19][0]), c(d[19][1]),  \
+      c(d[19][2]), c(d[19][3]), c(d[20][0]), c(d[20][1]), c(d[20][2]), c(d[20][3]), c(d[21][0]),  \
+      c(d[21][1]), c(d[21][2]), c(d[21][3]), c(d[22][0]), c(d[22][1]), c(d[22][2]), c(d[22][3]),  \
+      c(d[23][0]), c(d[23][1]), c(d[23][2]), c(d[23][3]), c(d[24][0]), c(d[24][1]), c(d[24][2]),  \
+      c(d[24][3]), c(d[25][0]), c(d[25][1]), c(d[25][2]), c(d[25][3]), c(d[26][0]), c(d[26][1]),  \
+      c(d[26][2]), c(d[26][3]), c(d[27][0]), c(d[27][1]), c(d[27][2]), c(d[27][3]), c(d[28][0]),  \
+      c(d[28][1]), c(d[28][2]), c(d[28][3]), c(d[29][0]), c(d[29][1]), c(d[29][2]), c(d[29][3]),  \
+      c(d[30][0]), c(d[30][1]), c(d[30][2]), c(d[30][3]), c(d[31][0]), c(d[31][1]), c(d[31][2]),  \
+      c(d[31][3])
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
+      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
+      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
+      "%123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : FLIDE_WGMMA_D128("+f")
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
+#undef FLIDE_WGMMA_D128
 }
 #undef FLIDE_WGMMA_D32
 #undef FLIDE_WGMMA_D32_LIST
