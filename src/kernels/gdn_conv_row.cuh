@@ -25,21 +25,37 @@ struct Bf16Taps {
   }
 };
 
-// Conv and SiLU of one row: y_v = silu(sum_j wt(j, v) in(j, v)), rounded to bf16 (the value an
-// unfused conv would have stored), over the K inputs in(j, v) of channel v, oldest first
-// (in(K - 1, v): the row's own). Returns the sum of y's squares (fp32, in channel order). Every
-// caller goes through here, so that the conv kernel and the fused epilogue give the same bits.
+// Conv and SiLU of one row: y_v = silu(sum_j wt(j, v) in(j, v)), rounded to bf16 and packed (the
+// values an unfused conv stores), over the K inputs in(j, v) of channel v, oldest first
+// (in(K - 1, v): the row's own). Packed two to an instruction, and a v channel's epilogue stores
+// them as they are. Every caller goes through here, so that the conv kernel and the fused
+// epilogue give the same bits.
 template <int K, int kVec, class Taps, class In>
-__device__ __forceinline__ float conv_silu(const Taps& wt, const In& in, float (&y)[kVec]) {
-  float sum_sq = 0.f;
+__device__ __forceinline__ Raw<kVec> conv_silu(const Taps& wt, const In& in) {
+  float s[kVec];
 #pragma unroll
   for (int v = 0; v < kVec; ++v) {
     float acc = 0.f;  // same order as the CPU: oldest input first
 #pragma unroll
     for (int j = 0; j < K; ++j) acc += wt(j, v) * in(j, v);
-    // silu, rounded as a stored conv output would be (for v a no-op: the store rounds the same
-    // way)
-    y[v] = __bfloat162float(__float2bfloat16_rn(acc / (1.f + __expf(-acc))));
+    s[v] = acc / (1.f + __expf(-acc));
+  }
+  Raw<kVec> y;
+#pragma unroll
+  for (int i = 0; i < (kVec + 1) / 2; ++i)
+    y.h[i] =
+        2 * i + 1 < kVec ? pack_bf16(s[2 * i], s[2 * i + 1]) : pack_bf16(s[2 * i], 0.f) & 0xffffu;
+  return y;
+}
+
+// A row's packed values widened to fp32 (exact) into y; returns the sum of their squares (fp32,
+// in channel order), for the q / k norm.
+template <int kVec>
+__device__ __forceinline__ float widen_sum_sq(const Raw<kVec>& r, float (&y)[kVec]) {
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) {
+    y[v] = raw_at(r, v);
     sum_sq = fmaf(y[v], y[v], sum_sq);
   }
   return sum_sq;
@@ -52,8 +68,9 @@ template <int K, int kVec, class Taps>
 __device__ __forceinline__ float conv_silu_row(const Taps& wt,
                                                float (&hist)[K > 1 ? K - 1 : 1][kVec],
                                                const Raw<kVec>& xr, float (&y)[kVec]) {
-  const float sum_sq = conv_silu<K, kVec>(
-      wt, [&](int j, int v) { return j < K - 1 ? hist[j][v] : raw_at(xr, v); }, y);
+  const float sum_sq = widen_sum_sq<kVec>(
+      conv_silu<K, kVec>(wt, [&](int j, int v) { return j < K - 1 ? hist[j][v] : raw_at(xr, v); }),
+      y);
 #pragma unroll
   for (int v = 0; v < kVec; ++v) {
 #pragma unroll

@@ -129,11 +129,16 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
     for (; i < seg_end; ++i) {
       win[kHalo] = next;
       next = staged_row(min(i + 1 + kHalo, kTileM - 1));  // past the tile: unused
-      float y[kVec];
-      const float sum_sq = detail::conv_silu<kConvK, kVec>(
-          wt, [&](int j, int v) { return detail::raw_at(win[j], v); }, y);
-      if (norm_warp) detail::qk_norm<kVec>(y, sum_sq, kLanesPerHead, qk, a.eps);
-      detail::store8(out + int64_t(row0 + i) * ld, kVec, true, y);
+      const Raw<kVec> y = detail::conv_silu<kConvK, kVec>(
+          wt, [&](int j, int v) { return detail::raw_at(win[j], v); });
+      if (norm_warp) {  // warp-uniform: q and k tiles
+        float yf[kVec];
+        const float sum_sq = detail::widen_sum_sq<kVec>(y, yf);
+        detail::qk_norm<kVec>(yf, sum_sq, kLanesPerHead, qk, a.eps);
+        detail::store8(out + int64_t(row0 + i) * ld, kVec, true, yf);
+      } else {
+        detail::store_raw<kVec>(out + int64_t(row0 + i) * ld, y);
+      }
 #pragma unroll
       for (int j = 0; j < kHalo; ++j) win[j] = win[j + 1];
     }
