@@ -5,10 +5,10 @@
 //
 // Why: at hd 256 the mma.sync kernel's eight warps each read the whole K and V block from shared
 // memory through ldmatrix, so shared-memory bandwidth caps it near 280 TFLOP/s. Here each
-// warpgroup (4 warps, 64 packed rows) issues S = Q K^T as m64n64k16 with both operands read by
-// the tensor cores straight from shared memory, and O += P V as m64n64k16 with P from registers
-// (the softmax's own fragments) and V from shared memory: K and V are read once per 64 rows
-// instead of once per 16.
+// warpgroup (4 warps, 64 packed rows) issues S = Q K^T with both operands read by the tensor
+// cores straight from shared memory, and O += P V as m64n256k16 (the whole head dim) with P from
+// registers (the softmax's own fragments) and V from shared memory: K and V are read once per 64
+// rows instead of once per 16.
 //
 // Key blocks of kBN = 80 keys (the mma.sync kernel's are kN = 64): S is one m64n80k16 a k-step,
 // so each 64-row k-step of Q, read from shared memory once per product, serves 80 keys instead of
