@@ -220,11 +220,11 @@ class Ops {
 
   // ---- diagnostics ----
   // Per-op device time (CUDA: backend/cuda/profiler.h): turning profiling on starts a fresh
-  // profile; profile_report() is a table of time per op since then. These two and set_graphs are
-  // the only non-pure members: no-ops by default because the CPU backend has nothing to report
-  // (its ops run synchronously; a host profiler sees them), and the model never calls them, so the
-  // op interface above stays what the model is written against; only front ends (flide bench
-  // --profile) reach them through an Ops&.
+  // profile; profile_report() is a table of time per op since then. These two, set_graphs and the
+  // op replay below are the only non-pure members: no-ops by default because the CPU backend has
+  // nothing to report (its ops run synchronously; a host profiler sees them), and the model never
+  // calls them, so the op interface above stays what the model is written against; only front ends
+  // (flide bench --profile, --replay-ops) reach them through an Ops&.
   virtual void set_profiling(bool /*enable*/) {}
   virtual std::string profile_report() { return {}; }
   // CUDA graphs: whether rounds padded to a capacity bucket (Stream::padded) are captured once
@@ -232,6 +232,23 @@ class Ops {
   // call: false on a backend without them (CPU), which is why front ends pad rounds only when
   // it returns true. Off by default; the model never calls it.
   virtual bool set_graphs(bool /*enable*/) { return false; }
+  // Per-op replay, for attributing the GPU's energy to ops: while set_op_capture(true) holds
+  // (turning it on drops the graphs of before), every op is captured into a CUDA graph of its
+  // own, which is then launched (so rounds compute as usual, eagerly, without round graphs);
+  // replay_ops then launches, for each op name in the order they were first called, all of that
+  // name's graphs in order, again and again for about `seconds`; first the GPU left idle for as
+  // long ("(none)"), last every op in turn ("(all)": the round). Its windows' times, on the steady
+  // clock (CLOCK_MONOTONIC, what Python's time.monotonic reads), let a sampler of the GPU's energy
+  // counter beside the process split the joules (bench/energy_by_op.py). The replays overwrite
+  // the round's buffers; the next round starts afresh. Empty on a backend without graphs (CPU).
+  struct OpReplay {
+    std::string op;
+    int64_t graphs_per_round = 0;  // the op's captured calls in one round
+    int64_t rounds = 0;            // repetitions in the window (0: "(none)", nothing launched)
+    double t0 = 0, t1 = 0;         // the window, steady-clock seconds
+  };
+  virtual void set_op_capture(bool /*enable*/) {}
+  virtual std::vector<OpReplay> replay_ops(double /*seconds*/) { return {}; }
 };
 
 // The reference backend in DType_f32 or DType_f64 on `threads` cores (<= 0: OpenMP's default).

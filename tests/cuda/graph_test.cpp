@@ -5,11 +5,13 @@
 //   - a bucket is run eagerly once, captured once, then replayed;
 //   - rounds in flight (the next submitted before the last is collected) give the same bits;
 //   - padded rounds agree with unpadded ones to bf16 noise (cuBLAS may pick other algorithms
-//     for another row count, so bits may differ there).
+//     for another row count, so bits may differ there);
+//   - ops captured one by one (set_op_capture) give the same bits, and replay_ops covers them all.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "backend/cuda/cuda_ops.h"
 #include "common/overlapped_rounds.h"
@@ -146,6 +148,48 @@ TEST_F(CudaGraphs, PaddedRoundsAgreeWithUnpaddedOnes) {
   // bf16 noise between two GEMM algorithms is ~1e-3 here; a padding row leaking into a real
   // one (a visibility bug) moves distributions by ~0.1 or more.
   EXPECT_LT(worst, 0.02);
+}
+
+// Per-op replay (op_replay.cpp): a round with each op captured into a graph of its own gives the
+// bits of an eager round; replay_ops then gives the idle window first, each op name once, in the
+// order the round first called it, whose graphs add up to the round's, then the whole round; and
+// a round after it gives the same bits again.
+TEST_F(CudaGraphs, OpCaptureKeepsTheBitsAndReplayCoversEveryOp) {
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<Tree> trees = {fixed_shape_tree(rng, vocab, 300, 4, 20),
+                                   fixed_shape_tree(rng, vocab, 90, 2, 7)};
+  EXPECT_TRUE(cuda_->replay_ops(0.001).empty()) << "nothing captured yet";
+  const auto eager = run(trees, false);
+  for (bool graphs : {false, true}) {  // op capture runs rounds eagerly either way
+    cuda_->set_op_capture(true);
+    expect_same_bits(run(trees, graphs), eager, "ops captured one by one");
+    cuda_->set_op_capture(false);
+    const auto windows = cuda_->replay_ops(0.002);
+    ASSERT_GE(windows.size(), 3u);
+    EXPECT_EQ(windows.front().op, "(none)");
+    EXPECT_EQ(windows.front().graphs_per_round, 0);
+    EXPECT_EQ(windows.front().rounds, 0);
+    EXPECT_EQ(windows.back().op, "(all)");
+    std::set<std::string> names;
+    int64_t graphs_per_round = 0;
+    for (size_t i = 0; i < windows.size(); ++i) {
+      const Ops::OpReplay& w = windows[i];
+      EXPECT_GE(w.t1 - w.t0, 0.002) << w.op;
+      if (i > 0) {
+        EXPECT_GE(w.t0, windows[i - 1].t1) << w.op;
+        EXPECT_GE(w.rounds, 1) << w.op;
+      }
+      if (i == 0 || i + 1 == windows.size()) continue;
+      EXPECT_TRUE(names.insert(w.op).second) << w.op << " twice";
+      EXPECT_GT(w.graphs_per_round, 0) << w.op;
+      graphs_per_round += w.graphs_per_round;
+    }
+    for (const char* op : {"embed", "rmsnorm", "matmul_add", "gdn", "gated_attention"})
+      EXPECT_TRUE(names.count(op)) << op;
+    EXPECT_EQ(graphs_per_round, windows.back().graphs_per_round);
+    expect_same_bits(run(trees, graphs), eager, "a round after replay_ops");
+  }
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 // summarised by median and p10/p90 (linear interpolation between order statistics).
 // --profile (cuda) adds one round per mode after the timed ones, with the backend's per-op
 // event timing on (backend/cuda/profiler.h), and prints its table to stderr; that round is in
-// none of the timings.
+// none of the timings. --replay-ops MS (cuda) adds one more round with each op captured into a
+// CUDA graph of its own, then launches each op's graphs alone, about MS ms each
+// (Ops::replay_ops), and reports each window on the steady clock, for bench/energy_by_op.py to
+// split the GPU's joules by op.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -78,6 +81,11 @@ options:
   --profile           cuda only: one more round per mode after the timed ones, with per-op
                       GPU timing (time per op, GEMM shapes, GPU idle between ops); its table
                       goes to stderr, and the timings above do not include it
+  --replay-ops MS     cuda only: one more round per mode after the timed ones, each op captured
+                      into a CUDA graph of its own; then each op's graphs launched again and
+                      again alone, about MS ms per op (first the GPU idle as long, last all
+                      ops in turn); prints each window (steady-clock seconds) for
+                      bench/energy_by_op.py, which samples the GPU's energy beside it
   --help              this text
 )";
 
@@ -146,11 +154,12 @@ struct ModeResult {
   std::vector<GemmShape> gemms;
   Summary floor;  // ms
   double gemm_flop = 0;
-  std::string profile;  // the backend's report of the profiled round (--profile)
+  std::string profile;                // the backend's report of the profiled round (--profile)
+  std::vector<Ops::OpReplay> replay;  // --replay-ops's windows
 };
 
 ModeResult time_mode(Model& model, Ops& ops, const std::vector<Tree>& trees, ExecMode mode,
-                     bool graphs, int warmup, int reps, bool profile) {
+                     bool graphs, int warmup, int reps, bool profile, int replay_ms) {
   ModeResult result;
   result.mode = mode;
   GemmRecorder recorder(model);
@@ -173,6 +182,14 @@ ModeResult time_mode(Model& model, Ops& ops, const std::vector<Tree>& trees, Exe
     if (round >= warmup) ms.push_back(elapsed);
     result.tokens = stats.tokens_computed;
     result.padding = stats.tokens_padding;
+  }
+  if (replay_ms > 0) {  // one more round, untimed, each op captured into a graph of its own
+    ops.synchronize();
+    ops.set_op_capture(true);
+    executor.run(trees, mode, nullptr);
+    ops.synchronize();
+    ops.set_op_capture(false);
+    result.replay = ops.replay_ops(replay_ms / 1e3);
   }
   if (profile) {  // one more round, untimed, with per-op events (eager: graphs hide ops)
     ops.synchronize();
@@ -292,6 +309,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                                        {"batch-invariant", false},
                                        {"json", false},
                                        {"profile", false},
+                                       {"replay-ops", true},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -312,6 +330,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const bool profile = args.has("profile");
   if (profile && backend.device != Device::Device_cuda)
     throw Error("--profile times the CUDA backend's ops: it needs --device cuda");
+  const int replay_ms = parse_count(args.value("replay-ops"), "replay-ops", 0, 1, 600000);
+  if (replay_ms > 0 && backend.device != Device::Device_cuda)
+    throw Error("--replay-ops replays the CUDA backend's ops as graphs: it needs --device cuda");
 
   const bool random = source.random;
   const Clock::time_point load_start = Clock::now();
@@ -335,7 +356,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   for (ExecMode mode : modes)
     for (bool graphs : graph_settings)
       results.push_back(time_mode(*loaded.model, *loaded.ops, trees, mode, graphs, warmup, reps,
-                                  profile && graphs == graph_settings.front()));
+                                  profile && graphs == graph_settings.front(), replay_ms));
   GemmFloor floor(*loaded.ops, seed);
   for (ModeResult& r : results) r.floor = floor.time(r.gemms, warmup, reps);
   // Ratios of the last setting timed (graphs on when timed): independent over fork.
@@ -369,6 +390,17 @@ int cmd_bench(const std::vector<std::string>& argv) {
                       {"p90_ms", r.latency.p90},
                       {"gemm_floor_ms", r.floor.median},
                       {"gemm_gflop", r.gemm_flop / 1e9}});
+    if (replay_ms > 0)
+      for (size_t i = 0; i < results.size(); ++i) {
+        json windows = json::array();
+        for (const Ops::OpReplay& w : results[i].replay)
+          windows.push_back({{"op", w.op},
+                             {"graphs_per_round", w.graphs_per_round},
+                             {"rounds", w.rounds},
+                             {"t0", w.t0},
+                             {"t1", w.t1}});
+        runs[i]["replay"] = std::move(windows);
+      }
     json out = {{"workload", workload.description},
                 {"model", source.path.string()},
                 {"random_weights", random},
@@ -418,6 +450,18 @@ int cmd_bench(const std::vector<std::string>& argv) {
                   r.latency.median / double(batch));
   if (both)
     std::printf("independent / fork: latency %.2fx, tokens %.2fx\n", latency_ratio, token_ratio);
+  for (const ModeResult& r : results) {
+    if (replay_ms == 0 || r.replay.empty()) continue;
+    std::printf(
+        "\n%s round, each op's graphs replayed alone (steady-clock windows):\n%-24s %7s "
+        "%8s %12s %16s %16s\n",
+        std::string(mode_name(r.mode)).c_str(), "op", "graphs", "rounds", "ms a round", "t0 s",
+        "t1 s");
+    for (const Ops::OpReplay& w : r.replay)
+      std::printf("%-24s %7" PRId64 " %8" PRId64 " %12.4f %16.4f %16.4f\n", w.op.c_str(),
+                  w.graphs_per_round, w.rounds,
+                  w.rounds ? (w.t1 - w.t0) * 1e3 / double(w.rounds) : 0.0, w.t0, w.t1);
+  }
   print_profiles();
   return kExitOk;
 }

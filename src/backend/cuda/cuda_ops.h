@@ -15,6 +15,7 @@
 //                      take the shapes
 //   profiler.cpp       set_profiling / profile_report: per-op GPU time (profiler.h)
 //   graphs.cpp         set_graphs: one CUDA graph per capacity bucket of padded rounds
+//   op_replay.cpp      set_op_capture / replay_ops: a graph per op, replayed op by op
 //
 // Errors: a launch that fails throws flide::Error naming the op and cudaGetErrorString. Kernel
 // faults are asynchronous and surface at the next download(), synchronize() or fetch(); set the
@@ -47,6 +48,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/profiler.h"
@@ -130,14 +132,19 @@ class CudaOps final : public Ops {
   std::string profile_report() override;
   void reset_profile();
 
-  // How padded rounds ran since construction (graphs.cpp): eagerly (graphs off, profiling, or
-  // the first round of a bucket), captured, or replayed.
+  // How padded rounds ran since construction (graphs.cpp): eagerly (graphs off, profiling, op
+  // capture, or the first round of a bucket), captured, or replayed.
   struct GraphStats {
     int64_t eager = 0;
     int64_t captured = 0;
     int64_t replayed = 0;
   };
   const GraphStats& graph_stats() const { return graph_stats_; }
+
+  // Ops::set_op_capture / replay_ops (op_replay.cpp). Keep profiling off meanwhile: its events
+  // would land in the ops' graphs.
+  void set_op_capture(bool enable) override;
+  std::vector<OpReplay> replay_ops(double seconds) override;
 
   // GEMM plans held now (gemm.cpp): at most kGemmPlans.
   size_t gemm_plans_cached() const { return gemm_plans_.size(); }
@@ -187,13 +194,24 @@ class CudaOps final : public Ops {
       graph_fingerprint(views, args);
       return graph_mode_ == GraphMode::GraphMode_capture;
     }
+    if (op_capture_ && !op_capturing_) op_capture_begin();
     if (profiling_) profiler_->begin(m, n, k);
     return true;
   }
   void op_end(const char* op) {
+    if (op_capturing_) op_capture_end(op);
     if (profiling_) profiler_->end(op);
   }
-  void profile_from_env();          // constructor: FLIDE_PROFILE
+  // op_replay.cpp: while op_capture_, op_begin opens a capture of the op's launches, and op_end
+  // closes it, keeps the instantiated graph and launches it.
+  void op_capture_begin();
+  void op_capture_end(const char* op);
+  void op_capture_abandon() noexcept;  // a failed launch's open capture
+  void drop_op_graphs() noexcept;
+  bool op_capture_ = false;
+  bool op_capturing_ = false;  // between an op's op_begin and its op_end
+  std::vector<std::pair<std::string, cudaGraphExec_t>> op_graphs_;  // in call order
+  void profile_from_env();                                          // constructor: FLIDE_PROFILE
   void profile_at_exit() noexcept;  // destructor: the report to stderr (FLIDE_PROFILE)
 
   // CUDA graphs (graphs.cpp).

@@ -67,7 +67,7 @@ void CudaOps::graph_round_begin(const Stream& s) {
                      int32_t(s.select_ids.size()),
                      window_in_place_};
   RoundGraph& g = graphs_cache_[key];
-  if (graphs_ && !profiling_) {
+  if (graphs_ && !profiling_ && !op_capture_) {
     if (g.exec && g.epoch != memory_epoch_) {  // its addresses are stale
       cuda_check(cudaGraphExecDestroy(g.exec), "cudaGraphExecDestroy");
       g.exec = nullptr;

@@ -120,6 +120,8 @@ CudaOps::~CudaOps() {
 
 void CudaOps::release() noexcept {
   graph_abandon();
+  op_capture_abandon();
+  drop_op_graphs();
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [key, graph] : graphs_cache_)
     if (graph.exec) cudaGraphExecDestroy(graph.exec);
@@ -370,6 +372,7 @@ void CudaOps::launched(cudaError_t err, const char* op) {
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {
     cudaGetLastError();
+    op_capture_abandon();
     throw Error(cat("cuda backend: ", op, ": launch failed: ", cudaGetErrorString(err)));
   }
   op_end(op);
