@@ -36,11 +36,13 @@
 // (bench/results/2026-11-30-gemm-tuning-graphs.md). One fixed order of every sum, whatever the
 // level's width: a node's bits do not depend on which other nodes share its level.
 //
-// Shared memory per stage (1024-byte aligned; wgmma.cuh's 128-byte swizzle): T and P [64 i][64 j]
-// (8 KB each), q and K [64 rows][128 keys] as two 64-key chunks (16 KB each), then V [64][72] (the
-// block's value columns, padded as the elementwise reads want), gamma and beta. Chunk rows past a
-// node's end are zeros (T, P, q, K, V, gamma, beta) and f = b = 0 there: they change neither the
-// real rows' outputs nor the state, and they are never written.
+// Shared memory: three stages, so that a chunk's loads are issued two chunks ahead (one ahead, the
+// computing warpgroup waited for them at a third of its barriers and a step took ~2 us, twice its
+// products' time). Per stage (1024-byte aligned; wgmma.cuh's 128-byte swizzle): T and P [64 i][64
+// j] (8 KB each), q and K [64 rows][128 keys] as two 64-key chunks (16 KB each), then V [64][72]
+// (the block's value columns, padded as the elementwise reads want), gamma and beta. Chunk rows
+// past a node's end are zeros (T, P, q, K, V, gamma, beta) and f = b = 0 there: they change neither
+// the real rows' outputs nor the state, and they are never written.
 #include "kernels/gdn_chunk.cuh"
 #include "kernels/wgmma.cuh"
 
@@ -57,6 +59,7 @@ constexpr int kRowSteps = kChunk / 16;            // k16 steps over a chunk's ro
 constexpr int kLdV = kCols + 8;                   // bf16: 36 words a row, 4 mod 32
 constexpr int kLdOut = kCols + 8;                 // the same for the output tile
 constexpr uint32_t kKeyChunk = kChunk * 128;      // bytes of 64 keys of q or K (one swizzle chunk)
+constexpr int kStages = 3;                        // chunks staged ahead of the one computed: 2
 constexpr int kComputeBarrier = 1;                // named barrier of the computing warpgroup alone
 static_assert(kBlockThreads == kThreads, "launch_with_smem launches kThreads a block");
 // Blocks a head's value columns take, kCols each.
@@ -71,7 +74,7 @@ constexpr uint32_t kStV = kStK + kChunk * kD * 2;
 constexpr uint32_t kStGam = kStV + kChunk * kLdV * 2;
 constexpr uint32_t kStBeta = kStGam + kChunk * 4;
 constexpr uint32_t kStage = (kStBeta + kChunk * 4 + 1023) / 1024 * 1024;
-constexpr uint32_t kOut = 2 * kStage;  // [64 rows][kLdOut] bf16: a chunk's output
+constexpr uint32_t kOut = kStages * kStage;  // [64 rows][kLdOut] bf16: a chunk's output
 constexpr uint32_t kFactors = kOut + kChunk * kLdOut * 2;  // [64] scale exp(gamma_j), f_j, b_j
 constexpr int kSmemBytes = 1024 + int(kFactors) + 3 * kChunk * 4;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -118,9 +121,9 @@ __device__ __forceinline__ uint64_t k_major(uint32_t addr) {
 }
 
 // Grid-stride loop over items = (node * Hv + head) * halves + half: a block serves 64 of a head's
-// value columns (two halves for Dv = 128). Warpgroup 0 computes; warpgroup 1 stages chunk ci + 1
+// value columns (two halves for Dv = 128). Warpgroup 0 computes; warpgroup 1 stages chunk ci + 2
 // while chunk ci is computed (its copies cost the computing warps nothing), and both meet once a
-// chunk, where stage ci has landed and chunk ci - 1 is done with the other stage.
+// chunk, where stage ci has landed and chunk ci - 1 is done with the stage ci + 2 takes.
 template <int DK, int DV>
 __global__ void __launch_bounds__(kBlockThreads, 1)
     gdn_state_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
@@ -160,8 +163,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       out_tile +
       uint32_t(((lane >> 4) * 8 + (lane & 7)) * kLdOut + 16 * warp + ((lane >> 3) & 1) * 8) * 2u;
 
-  if constexpr (DK < kD) {  // the keys past Dk of both stages' q and K: zero once, for good
-    for (int i = int(threadIdx.x); i < 2 * 2 * kChunk * kD / 8; i += kBlockThreads) {
+  if constexpr (DK < kD) {  // the keys past Dk of every stage's q and K: zero once, for good
+    for (int i = int(threadIdx.x); i < kStages * 2 * kChunk * kD / 8; i += kBlockThreads) {
       const int tile = i / (kChunk * kD / 8), unit = i % (kChunk * kD / 8);
       const uint32_t st = uint32_t(tile >> 1) * kStage + (tile & 1 ? kStK : kStQ);
       *reinterpret_cast<uint4*>(smem + st + unit * 16) = make_uint4(0u, 0u, 0u, 0u);
@@ -191,13 +194,13 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     return it;
   };
 
-  // The block's items' chunks form one sequence of steps, staged alternately in the two stages:
-  // the next item's first chunk stages while this item's last one is computed. Both warpgroups
-  // meet once a step, where its stage has landed and the step before is done with the other one.
+  // The block's items' chunks form one sequence of steps, step s staged in stage s % 3: the next
+  // item's first chunks stage while this item's last ones are computed. Both warpgroups meet once a
+  // step, where its stage has landed and the step before is done with the stage step + 2 takes.
   __syncthreads();  // the zeros are written
   if (stager) {
     auto issue = [&](const Item& it, int ci, uint32_t step) {
-      const uint32_t st = base + (step & 1u) * kStage;
+      const uint32_t st = base + step % kStages * kStage;
       unsigned char* sp = smem + (st - base);  // the same stage, as a pointer
       const int c0 = ci * kChunk, nrows = min(kChunk, it.len - c0);
       const int64_t t0 = it.off + c0;
@@ -221,29 +224,39 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         stage_vector<float, 1>(reinterpret_cast<float*>(sp + kStBeta) + tid,
                                beta + (t0 + tid) * heads_v + it.head, tid < nrows);
       }
-      cp_async_commit();
     };
-    // The block's first item with chunks at or after `item`, into it (item >= items: none).
+    // The cursor: the next chunk to stage, ci of the block's item `item` (item >= items: none).
     int item = blockIdx.x, ci = 0;
     Item it{};
-    auto settle = [&]() {
+    auto settle = [&]() {  // the first item with chunks at or after `item`, into it
       for (; item < items; item += gridDim.x) {
         it = item_at(item);
         if (it.n_chunks > 0) return;
       }
     };
-    settle();
-    if (item < items) issue(it, ci, 0);
-    for (uint32_t step = 0; item < items; ++step) {
-      cp_async_wait<0>();
-      wgmma::fence_async_shared();
-      __syncthreads();  // this step's stage landed; the step before is done with the other one
-      if (++ci == it.n_chunks) {
-        item += gridDim.x;
-        ci = 0;
-        settle();
+    // Stages the cursor's chunk as step `step` and moves the cursor on; every call commits one
+    // group of copies (empty past the last chunk), so that waiting for all but the newest group
+    // waits for exactly the step about to be computed. Returns whether there was a chunk.
+    auto stage_next = [&](uint32_t step) {
+      const bool any = item < items;
+      if (any) {
+        issue(it, ci, step);
+        if (++ci == it.n_chunks) {
+          item += gridDim.x;
+          ci = 0;
+          settle();
+        }
       }
-      if (item < items) issue(it, ci, step + 1);
+      cp_async_commit();
+      return any;
+    };
+    settle();
+    int pending = int(stage_next(0)) + int(stage_next(1));  // staged, not yet computed
+    for (uint32_t step = 0; pending > 0; ++step, --pending) {
+      cp_async_wait<1>();
+      wgmma::fence_async_shared();
+      __syncthreads();  // this step's stage landed; step - 1 is done with stage (step + 2) % 3
+      pending += int(stage_next(step + 2));
     }
     return;
   }
@@ -266,7 +279,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       }
 
     for (int ci = 0; ci < it.n_chunks; ++ci, ++step) {
-      const uint32_t st = base + (step & 1u) * kStage;
+      const uint32_t st = base + step % kStages * kStage;
       unsigned char* sp = smem + (st - base);  // the same stage, as a pointer
       const bf16* sV = reinterpret_cast<const bf16*>(sp + kStV);
       const float* sgam = reinterpret_cast<const float*>(sp + kStGam);
