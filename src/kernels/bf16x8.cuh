@@ -154,7 +154,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // The RMS norm's factor for a row whose squares sum to sum_sq: rsqrt(mean + eps), the mean an
 // IEEE division, rsqrtf the hardware approximation (~2 ulp fp32, as torch.rsqrt on the GPU).
 __device__ __forceinline__ float rms_scale(float sum_sq, int64_t dim, float eps) {
-  return rsqrtf(__fdiv_rn(sum_sq, float(dim)) + eps);
+  // By a power of two the quotient is the product by its exact reciprocal, one instruction
+  // instead of a checked division; the two differ only on a subnormal mean, which eps swamps.
+  const float mean =
+      (dim & (dim - 1)) == 0 ? sum_sq * (1.f / float(dim)) : __fdiv_rn(sum_sq, float(dim));
+  return rsqrtf(mean + eps);
 }
 
 // Fast-math sigmoid (__expf, approximate division): relative error ~1e-6, far below the bf16

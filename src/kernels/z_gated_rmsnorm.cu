@@ -14,7 +14,7 @@
 //
 // Tiles: a tile pair's 256 columns are two heads (CTA 0 copies the first weight tile, CTA 1 the
 // second); a warp's 32 lanes hold one row of both, 8 values each. The epilogue's seven warps
-// each walk a seventh of the tile's 128 rows, loading the next row's o while they compute one.
+// each walk a seventh of the tile's 128 rows, loading o two rows ahead of the one they compute.
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
 #include "kernels/tma_gemm.cuh"
@@ -58,11 +58,14 @@ __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a,
   auto o_row = [&](int i) {  // o of tile row i (rows past M: not read)
     return i < i_end ? load_raw<kVec>(a.o + (m0 + i) * int64_t(a.Vd) + c) : Raw<kVec>{};
   };
-  Raw<kVec> next = o_row(i_begin);  // loads before the wait: they overlap the products
+  // o two rows ahead: one row's work did not cover a load's latency (the load held the epilogue
+  // warps at a sixth of their samples). The first two load before the wait, beside the products.
+  Raw<kVec> next = o_row(i_begin), after = o_row(i_begin + 1);
   bar_wait(sm.staged_full, parity);
   for (int i = i_begin; i < i_end; ++i) {
     const Raw<kVec> o_raw = next;
-    next = o_row(i + 1);
+    next = after;
+    after = o_row(i + 2);
     Raw<kVec> z_raw;
     ld_shared16(wgmma::swizzled(staged, kTileM, i, col), z_raw.h);
     float ov[kVec], sum_sq = 0.f;
