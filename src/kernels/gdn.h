@@ -13,7 +13,7 @@
 //           P = (q_i.k_j) Dk^-1/2 exp(gamma_i - gamma_j) (j <= i), stored in bf16 to the
 //           workspace;
 //   state   one block per (node, value head, 64 of its value columns): a warpgroup on wgmma,
-//           a second one staging the next chunk, walks the node's chunks in order with the
+//           a second one staging the chunks two ahead, walks the node's chunks in order with the
 //           state, transposed, in registers:
 //           v_new = T (beta V - beta exp(gamma) K S), i.e. fla's U - W S without forming
 //           W = T (beta exp(gamma) K) and U = T (beta V) (32 times T's bytes),

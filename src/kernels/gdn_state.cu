@@ -18,7 +18,7 @@
 // tenth of them; the rest addressed fragments, loaded them through ldmatrix and counted loops),
 // one warp per scheduler, so a chunk was a chain of issue slots
 // (bench/results/2026-11-30-state-loaders.md, 2026-11-30-gdn-wgmma.md). For the same reason a
-// second warpgroup stages the next chunk (issued by the computing warps, the copies were a third
+// second warpgroup stages the chunks ahead (issued by the computing warps, the copies were a third
 // of their chain), and the output leaves through shared memory (stmatrix, transposed) in row
 // units instead of 32 scattered 2-byte stores a thread.
 //
@@ -36,13 +36,13 @@
 // (bench/results/2026-11-30-gemm-tuning-graphs.md). One fixed order of every sum, whatever the
 // level's width: a node's bits do not depend on which other nodes share its level.
 //
-// Shared memory: three stages, so that a chunk's loads are issued two chunks ahead (one ahead, the
-// computing warpgroup waited for them at a third of its barriers and a step took ~2 us, twice its
-// products' time). Per stage (1024-byte aligned; wgmma.cuh's 128-byte swizzle): T and P [64 i][64
-// j] (8 KB each), q and K [64 rows][128 keys] as two 64-key chunks (16 KB each), then V [64][72]
-// (the block's value columns, padded as the elementwise reads want), gamma and beta. Chunk rows
-// past a node's end are zeros (T, P, q, K, V, gamma, beta) and f = b = 0 there: they change neither
-// the real rows' outputs nor the state, and they are never written.
+// Shared memory: three stages, so that a chunk's loads are issued two chunks ahead (one ahead,
+// the computing warpgroup waited for them at a third of its barriers and a step took ~2 us,
+// twice its products' time). Per stage (1024-byte aligned; wgmma.cuh's 128-byte swizzle):
+// T and P [64 i][64 j] (8 KB each), q and K [64 rows][128 keys] as two 64-key chunks (16 KB
+// each), then V [64][72] (the block's value columns, padded as the elementwise reads want), gamma
+// and beta. Chunk rows past a node's end are zeros (T, P, q, K, V, gamma, beta) and f = b = 0
+// there: they change neither the real rows' outputs nor the state, and they are never written.
 #include "kernels/gdn_chunk.cuh"
 #include "kernels/wgmma.cuh"
 
