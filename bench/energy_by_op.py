@@ -11,7 +11,10 @@ the power limit's clock control to settle), the time a round of the op takes, an
 round: the mean power times that time. "above idle" subtracts the idle GPU's power (the "(none)"
 window) over the same time. Under the power limit a round's time is its energy over the limit,
 so an op's joules are what removing it would save; the ops' joules add up to about the "(all)"
-window's, the whole round op by op. Prints a table, then one JSON line.
+window's, the whole round op by op. The times are the sharper measure: within one run they repeat
+to 0.1-0.3%, a window's power to about 5% (it depends on what ran before it), so compare trees by
+an op's ms a round and rank ops by their joules (bench/results/2026-12-01-energy-by-op.md).
+Prints a table, then one JSON line.
 """
 
 import argparse
