@@ -22,25 +22,19 @@ import bisect
 import json
 import subprocess
 import sys
-import threading
-import time
 
 import pynvml
 
-
-def sample(handle, trace, stop):
-    while not stop.is_set():
-        trace.append((time.monotonic(),
-                      pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3,  # J
-                      pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)))
-        time.sleep(0.01)
+from power_trace import run_traced
 
 
 def energy_at(trace, times, t):
     """The energy counter at time t, linear between the samples around it."""
     i = min(max(bisect.bisect_left(times, t), 1), len(times) - 1)
-    (ta, ea, _), (tb, eb, _) = trace[i - 1], trace[i]
-    return ea + (eb - ea) * (t - ta) / (tb - ta) if tb > ta else eb
+    a, b = trace[i - 1], trace[i]
+    if b.t <= a.t:
+        return b.energy_j
+    return a.energy_j + (b.energy_j - a.energy_j) * (t - a.t) / (b.t - a.t)
 
 
 def measure(trace, times, w, settle):
@@ -49,7 +43,7 @@ def measure(trace, times, w, settle):
     if w["t1"] - a < 0.05:
         return None
     watts = (energy_at(trace, times, w["t1"]) - energy_at(trace, times, a)) / (w["t1"] - a)
-    clocks = sorted(c for t, _, c in trace if a <= t <= w["t1"])
+    clocks = sorted(s.sm_mhz for s in trace if a <= s.t <= w["t1"])
     row = {"op": w["op"], "graphs": w["graphs_per_round"], "rounds": w["rounds"],
            "watts": watts, "sm_mhz": clocks[len(clocks) // 2] if clocks else 0}
     if w["rounds"]:
@@ -66,16 +60,11 @@ def main():
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    trace, stop = [], threading.Event()
-    sampler = threading.Thread(target=sample, args=(handle, trace, stop))
-    sampler.start()
-    run = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-    stop.set()
-    sampler.join()
+    run, _, _, trace = run_traced(command, handle, 0.01, stdout=subprocess.PIPE, text=True)
     if run.returncode != 0:
         sys.exit(f"energy_by_op: the command failed (exit {run.returncode})")
     result = json.loads(run.stdout.strip().splitlines()[-1])
-    times = [t for t, _, _ in trace]
+    times = [s.t for s in trace]
     report = {"workload": result["workload"], "batch": result["batch"],
               "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3, "runs": []}
     for r in result["runs"]:

@@ -12,6 +12,7 @@ the command's own output) and the power limit NVML enforces.
 """
 
 import argparse
+import collections
 import json
 import subprocess
 import sys
@@ -21,14 +22,33 @@ import time
 import pynvml
 
 
-def sample(handle, trace, stop):
+# One sample of GPU 0: time.monotonic(), the energy counter (J), board power (W), SM clock (MHz),
+# the share of time a kernel was running (%).
+Sample = collections.namedtuple("Sample", "t energy_j power_w sm_mhz busy_pct")
+
+
+def sample(handle, trace, stop, period):
     while not stop.is_set():
-        trace.append((time.monotonic(),
-                      pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3,  # J
-                      pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,  # W
-                      pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                      pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))  # %
-        time.sleep(0.05)
+        trace.append(Sample(time.monotonic(),
+                            pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3,
+                            pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                            pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                            pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+        time.sleep(period)
+
+
+def run_traced(command, handle, period, **run_args):
+    """subprocess.run(command, **run_args) while GPU 0 is sampled every `period` s; returns the
+    finished run, its start and end (time.monotonic) and the samples (bench/energy_by_op.py too)."""
+    trace, stop = [], threading.Event()
+    sampler = threading.Thread(target=sample, args=(handle, trace, stop, period))
+    sampler.start()
+    start = time.monotonic()
+    run = subprocess.run(command, **run_args)
+    end = time.monotonic()
+    stop.set()
+    sampler.join()
+    return run, start, end, trace
 
 
 def window(trace, start, end, name, lo, hi):
@@ -57,14 +77,8 @@ def main():
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    trace, stop = [], threading.Event()
-    sampler = threading.Thread(target=sample, args=(handle, trace, stop))
-    sampler.start()
-    start = time.monotonic()
-    rc = subprocess.run(command).returncode
-    end = time.monotonic()
-    stop.set()
-    sampler.join()
+    run, start, end, trace = run_traced(command, handle, 0.05)
+    rc = run.returncode
     with open(args.csv, "w") as f:
         f.write("t_s,energy_j,power_w,sm_mhz,kernel_busy_pct\n")
         for t, e, p, c, u in trace:

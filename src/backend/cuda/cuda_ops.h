@@ -230,6 +230,11 @@ class CudaOps final : public Ops {
   void graph_round_begin(const Stream& s);  // end of set_stream: eager, capture or replay
   void graph_round_end();                   // first download/synchronize of the round
   void graph_abandon() noexcept;            // a capture left open by a failed round
+  // The stream's capture (relaxed: the ops' host-side calls stay legal during it) begun, ended
+  // and instantiated, or ended and dropped (after a failure); shared with op_replay.cpp.
+  void begin_capture();
+  cudaGraphExec_t end_capture();
+  void drop_capture() noexcept;
   void graph_fingerprint(std::initializer_list<View> views, std::initializer_list<int64_t> args);
   bool graphs_ = false;
   GraphMode graph_mode_ = GraphMode::GraphMode_eager;

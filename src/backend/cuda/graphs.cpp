@@ -44,13 +44,30 @@ void CudaOps::graph_fingerprint(std::initializer_list<View> views,
   ++op_count_;
 }
 
+void CudaOps::begin_capture() {
+  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
+             "cudaStreamBeginCapture");
+}
+
+cudaGraphExec_t CudaOps::end_capture() {
+  cudaGraph_t graph = nullptr;
+  cuda_check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  cuda_check(err, "cudaGraphInstantiate");
+  return exec;
+}
+
+void CudaOps::drop_capture() noexcept {
+  if (!stream_) return;
+  cudaGraph_t partial = nullptr;
+  if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
+  cudaGetLastError();
+}
+
 void CudaOps::graph_abandon() noexcept {
-  if (graph_mode_ == GraphMode::GraphMode_capture && stream_) {
-    cudaGraph_t partial = nullptr;
-    if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial)
-      cudaGraphDestroy(partial);
-    cudaGetLastError();
-  }
+  if (graph_mode_ == GraphMode::GraphMode_capture) drop_capture();
   graph_mode_ = GraphMode::GraphMode_eager;
   graph_ = nullptr;
 }
@@ -79,8 +96,7 @@ void CudaOps::graph_round_begin(const Stream& s) {
     } else if (g.seen) {  // arenas, workspaces and GEMM plans already have this bucket's sizes
       // Relaxed: the ops' host-side calls (cudaFuncSetAttribute, cuBLASLt's heuristics) stay
       // legal during the capture.
-      cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
-                 "cudaStreamBeginCapture");
+      begin_capture();
       graph_mode_ = GraphMode::GraphMode_capture;
       ++graph_stats_.captured;
     }
@@ -107,13 +123,7 @@ void CudaOps::graph_round_end() {
                 g.n_ops, " captured for its bucket");
     return;
   }
-  cudaGraph_t graph = nullptr;
-  cuda_check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  cuda_check(err, "cudaGraphInstantiate");
-  g.exec = exec;
+  g.exec = end_capture();
   g.epoch = memory_epoch_;  // allocations made during the capture are part of it
   g.fingerprint = op_hash_;
   g.n_ops = op_count_;

@@ -37,20 +37,13 @@ void CudaOps::set_op_capture(bool enable) {
 }
 
 void CudaOps::op_capture_begin() {
-  // Relaxed, as the round graphs: the ops' host-side calls stay legal during the capture.
-  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
-             "cudaStreamBeginCapture");
+  begin_capture();
   op_capturing_ = true;
 }
 
 void CudaOps::op_capture_end(const char* op) {
   op_capturing_ = false;
-  cudaGraph_t graph = nullptr;
-  cuda_check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  cuda_check(err, "cudaGraphInstantiate");
+  const cudaGraphExec_t exec = end_capture();
   op_graphs_.emplace_back(op, exec);
   cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");  // the round goes on
 }
@@ -58,9 +51,7 @@ void CudaOps::op_capture_end(const char* op) {
 void CudaOps::op_capture_abandon() noexcept {
   if (!op_capturing_) return;
   op_capturing_ = false;
-  cudaGraph_t partial = nullptr;
-  if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
-  cudaGetLastError();
+  drop_capture();
 }
 
 void CudaOps::drop_op_graphs() noexcept {
