@@ -40,7 +40,10 @@
 // padding. Their k and q are zeros where cp.async loads them, and whatever stream rows follow
 // (zeros past the stream's end) where TMA does: those reach no stored value (L's rows are set,
 // not computed, and P's entries past a row's own are never products). Those rows are never
-// written back: workspace rows are indexed by stream row.
+// written back: workspace rows are indexed by stream row. Nor are the 16-row strips past a short
+// chunk's rows computed at all (L, the inverse's blocks, P): a question's tail chunk of a few rows
+// then costs its item the diagonal block alone, not the inverse's serial chain (gdn 7.47 -> 7.02
+// ms a QuALITY round of 4, bench/results/2026-12-01-prepare-short-chunks.md).
 #include "kernels/gdn_chunk.cuh"
 #include "kernels/mbarrier.cuh"
 #include "kernels/tma.cuh"
@@ -354,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // the computed tiles; nothing reads above the diagonal blocks).
     {
       const uint32_t run = uint32_t(kLRuns >> (8 * warp)) & 0xffu;
-      const int mt = run & 3, nt0 = (run >> 2) & 7, n = run >> 5;
+      const int mt = run & 3, nt0 = (run >> 2) & 7, n = 16 * mt < nrows ? run >> 5 : 0;
       float acc[3][4];
       gram_tiles<3, C::kKp, DK>(acc, Ks, 16 * mt, Ks, 8 * nt0, n, lane);
 #pragma unroll
@@ -374,12 +377,16 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
 
+    // 16-row strips of the chunk with rows in it (its last chunk may be short: a question's
+    // tail of a few rows): L, T and P of strips past them are neither computed nor read by
+    // those below (row i of T, L and P depends only on rows <= i), nor stored.
+    const int strips = (nrows + 15) / 16;
     if (warp < 2) {
       bar_sync(1, kThreads);  // all of L
 
       // Diagonal blocks by forward substitution, lane: column c of block 2 warp + lane / 16.
       // T_rc = [r == c] + sum_{m<r} L_rm T_mc, summed from m = c up: the CPU's order.
-      {
+      if (2 * warp < strips) {
         const int b0 = 32 * warp + (lane & 16), c = lane & 15;
         float x[16];
 #pragma unroll
@@ -404,18 +411,22 @@ __global__ void __launch_bounds__(kThreads, 2)
 
       // T_ba = T_bb (L_ba T_aa) computed as (T_bb L_ba) T_aa for a = 2 warp, b = a + 1: the
       // warp's own diagonal blocks.
-      inverse_block<2, kLdC>(Ts, Ls, 32 * warp + 16, 32 * warp, 2, lane, g8, t4);
-      bar_sync(2, 64);  // both halves' diagonal 32x32 blocks of T
+      if (2 * warp + 1 < strips)
+        inverse_block<2, kLdC>(Ts, Ls, 32 * warp + 16, 32 * warp, 2, lane, g8, t4);
+      if (strips > 2) {   // block-uniform: both warps meet at the barrier or neither does
+        bar_sync(2, 64);  // both halves' diagonal 32x32 blocks of T
 
-      // T[r0:r0+16, 0:32] = (T[r0:r0+16, 32:64] L[32:64, 0:32]) T[0:32, 0:32], r0 = 32 + 16 warp;
-      // T is zero right of the row strip's diagonal block.
-      inverse_block<4, kLdC>(Ts, Ls, 32 + 16 * warp, 0, 2 * warp + 2, lane, g8, t4);
+        // T[r0:r0+16, 0:32] = (T[r0:r0+16, 32:64] L[32:64, 0:32]) T[0:32, 0:32], r0 = 32 + 16
+        // warp; T is zero right of the row strip's diagonal block.
+        if (2 + warp < strips)
+          inverse_block<4, kLdC>(Ts, Ls, 32 + 16 * warp, 0, 2 * warp + 2, lane, g8, t4);
+      }
     } else {
       bar_arrive(1, kThreads);
 
       // Q K^T -> P = scale q_i.k_j exp(gamma_i - gamma_j) for j <= i, 0 above (workspace).
       const uint32_t run = uint32_t(kPRuns >> (8 * (warp - 2))) & 0xffu;
-      const int mt = run & 3, nt0 = (run >> 2) & 7, n = run >> 5;
+      const int mt = run & 3, nt0 = (run >> 2) & 7, n = mt < strips ? run >> 5 : 0;
       float acc[4][4];
       gram_tiles<4, C::kKp, DK>(acc, Qs, 16 * mt, Ks, 8 * nt0, n, lane);
 #pragma unroll
