@@ -353,11 +353,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int next_item = item + int(gridDim.x);
     if (next_item < items) next = prefetch(next_item, par ^ 1);
 
+    // 16-row strips of the chunk with rows in it (its last chunk may be short: a question's
+    // tail of a few rows): L, T and P of strips past them are neither computed nor read by
+    // those below (row i of T, L and P depends only on rows <= i), nor stored.
+    const int strips = (nrows + 15) / 16;
+
     // Phase B: K K^T -> Ls = -(beta_i k_i.k_j exp(gamma_i - gamma_j)) for j < i (0 elsewhere in
     // the computed tiles; nothing reads above the diagonal blocks).
     {
       const uint32_t run = uint32_t(kLRuns >> (8 * warp)) & 0xffu;
-      const int mt = run & 3, nt0 = (run >> 2) & 7, n = 16 * mt < nrows ? run >> 5 : 0;
+      const int mt = run & 3, nt0 = (run >> 2) & 7, n = mt < strips ? run >> 5 : 0;
       float acc[3][4];
       gram_tiles<3, C::kKp, DK>(acc, Ks, 16 * mt, Ks, 8 * nt0, n, lane);
 #pragma unroll
@@ -377,10 +382,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
 
-    // 16-row strips of the chunk with rows in it (its last chunk may be short: a question's
-    // tail of a few rows): L, T and P of strips past them are neither computed nor read by
-    // those below (row i of T, L and P depends only on rows <= i), nor stored.
-    const int strips = (nrows + 15) / 16;
     if (warp < 2) {
       bar_sync(1, kThreads);  // all of L
 
