@@ -70,6 +70,49 @@ struct LevelRows {
   }
 };
 
+// Rows 0 .. kRows - 1 of win's window (row q's inputs: win[q .. q + 3]) through the conv and
+// SiLU into y. Rows are handled kRows at a time so that their chains (the conv's FMAs, SiLU's
+// MUFU, the norm's shuffles, the store) interleave: one row alone leaves the warp mostly waiting.
+template <int kRows>
+__device__ __forceinline__ void conv_silu_rows(const Raw<kVec> (&win)[kConvK + 1],
+                                               const detail::Bf16Taps<kConvK, kVec>& wt,
+                                               Raw<kVec> (&y)[kRows]) {
+#pragma unroll
+  for (int q = 0; q < kRows; ++q)
+    y[q] = detail::conv_silu<kConvK, kVec>(
+        wt, [&](int j, int v) { return detail::raw_at(win[q + j], v); });
+}
+
+// conv_silu_rows' rows to out + q ld, on q / k tiles (norm_warp) each head L2-normed.
+template <int kRows>
+__device__ __forceinline__ void store_rows(const Raw<kVec> (&y)[kRows], bool norm_warp, float eps,
+                                           bf16* out, int ld) {
+  if (norm_warp) {  // warp-uniform: q and k tiles (whose every channel is normed)
+    float sum_sq[kRows];
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      sum_sq[q] = 0.f;
+#pragma unroll
+      for (int v = 0; v < kVec; ++v)
+        sum_sq[q] = fmaf(detail::raw_at(y[q], v), detail::raw_at(y[q], v), sum_sq[q]);
+    }
+    detail::group_sum_rows<kRows>(sum_sq, kLanesPerHead);
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      const float s = rsqrtf(sum_sq[q] + eps);
+      Raw<kVec> normed;
+#pragma unroll
+      for (int h = 0; h < kVec / 2; ++h)
+        normed.h[h] =
+            detail::pack_bf16(detail::raw_at(y[q], 2 * h) * s, detail::raw_at(y[q], 2 * h + 1) * s);
+      detail::store_raw<kVec>(out + int64_t(q) * ld, normed);
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) detail::store_raw<kVec>(out + int64_t(q) * ld, y[q]);
+  }
+}
+
 // The epilogue warps on one tile pair's staged product: output rows [row0, row0 + 125) of the
 // level (the product's rows 3..127), channels [n0, n0 + 256).
 __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a, int e, int row0,
@@ -112,10 +155,11 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
     const int off = a.meta.node_offset[n], len = a.meta.node_length[n];
     const int seg_end = min(i_end, off + len - row0);
     const int slot_in = a.meta.node_slot_in[n], slot_out = a.meta.node_slot_out[n];
-    // The inputs of rows r - 3 .. r as they were staged (bf16), oldest first, and the next
-    // staged row, loaded a row early: with the tensor cores reading shared memory beside them, a
-    // staged load held a warp ~480 cycles (bench/results/2026-12-01-fused-epilogues.md).
-    Raw<kVec> win[kConvK];
+    // The inputs of rows r - 3 .. r + 1 as they were staged (bf16), oldest first. A pair's own
+    // rows are loaded at the end of the pair before (with the tensor cores reading shared memory
+    // beside them, a staged load held a warp ~480 cycles: 2026-12-01-fused-epilogues.md);
+    // loaded before that pair's norm, they spilled.
+    Raw<kVec> win[kConvK + 1];
 #pragma unroll
     for (int j = 0; j < kHalo; ++j) {
       const int s = r - kHalo + j;
@@ -125,22 +169,24 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
               ? load_raw<kVec>(a.window + (int64_t(slot_in) * kHalo + kHalo + s - off) * a.C + c)
               : zero_raw<kVec>();
     }
-    Raw<kVec> next = staged_row(i + kHalo);
-    for (; i < seg_end; ++i) {
-      win[kHalo] = next;
-      next = staged_row(min(i + 1 + kHalo, kTileM - 1));  // past the tile: unused
-      const Raw<kVec> y = detail::conv_silu<kConvK, kVec>(
-          wt, [&](int j, int v) { return detail::raw_at(win[j], v); });
-      if (norm_warp) {  // warp-uniform: q and k tiles
-        float yf[kVec];
-        const float sum_sq = detail::widen_sum_sq<kVec>(y, yf);
-        detail::qk_norm<kVec>(yf, sum_sq, kLanesPerHead, qk, a.eps);
-        detail::store8(out + int64_t(row0 + i) * ld, kVec, true, yf);
-      } else {
-        detail::store_raw<kVec>(out + int64_t(row0 + i) * ld, y);
-      }
+    // Past the tile's last product row a load is clamped to it and its value unused.
+    auto staged_ahead = [&](int p) { return staged_row(min(p + kHalo, kTileM - 1)); };
+    win[kHalo] = staged_ahead(i), win[kHalo + 1] = staged_ahead(i + 1);
+    for (; i + 1 < seg_end; i += 2) {
+      Raw<kVec> y[2];
+      conv_silu_rows<2>(win, wt, y);
+#pragma unroll
+      for (int j = 0; j < kHalo; ++j) win[j] = win[j + 2];
+      store_rows<2>(y, norm_warp, a.eps, out + int64_t(row0 + i) * ld, ld);
+      win[kHalo] = staged_ahead(i + 2), win[kHalo + 1] = staged_ahead(i + 3);
+    }
+    if (i < seg_end) {  // an odd segment's last row (its input: win[3])
+      Raw<kVec> y[1];
+      conv_silu_rows<1>(win, wt, y);
 #pragma unroll
       for (int j = 0; j < kHalo; ++j) win[j] = win[j + 1];
+      store_rows<1>(y, norm_warp, a.eps, out + int64_t(row0 + i) * ld, ld);
+      ++i;
     }
     if (slot_out >= 0 && off + len == row0 + seg_end) {  // the node's last row was this warp's
       bf16* dst = a.window + int64_t(slot_out) * kHalo * a.C + c;
