@@ -191,4 +191,16 @@ __device__ __forceinline__ float group_sum_lanes(float s, int width) {
   return s;
 }
 
+// group_sum_lanes for kRows values at once, their shuffles interleaved (each value's sum in the
+// order it has alone): one row's butterfly alone leaves the warp waiting on each step.
+template <int kRows>
+__device__ __forceinline__ void group_sum_rows(float (&s)[kRows], int width) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+    if (off < width) {
+#pragma unroll
+      for (int q = 0; q < kRows; ++q) s[q] += __shfl_xor_sync(0xffffffffu, s[q], off);
+    }
+}
+
 }  // namespace flide::kernels::detail

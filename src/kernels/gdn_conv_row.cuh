@@ -80,19 +80,6 @@ __device__ __forceinline__ float conv_silu_row(const Taps& wt,
   return sum_sq;
 }
 
-// Each of kRows sums of squares summed over aligned groups of `group` lanes (group_sum_lanes for
-// several rows, their shuffles interleaved; each row's sum in the same order). All 32 lanes
-// call it.
-template <int kRows>
-__device__ __forceinline__ void group_sum_rows(float (&sum_sq)[kRows], int group) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2)
-    if (off < group) {
-#pragma unroll
-      for (int q = 0; q < kRows; ++q) sum_sq[q] += __shfl_xor_sync(0xffffffffu, sum_sq[q], off);
-    }
-}
-
 // The L2 norm of a q or k head spread over aligned groups of `group` lanes: y / sqrt(sum of the
 // group's squares + eps). All 32 lanes call it (the shuffles); lanes with qk false (v channels)
 // keep y.

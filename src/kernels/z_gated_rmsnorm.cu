@@ -14,7 +14,7 @@
 //
 // Tiles: a tile pair's 256 columns are two heads (CTA 0 copies the first weight tile, CTA 1 the
 // second); a warp's 32 lanes hold one row of both, 8 values each. The epilogue's seven warps
-// each walk a seventh of the tile's 128 rows, loading o two rows ahead of the one they compute.
+// each walk a seventh of the tile's 128 rows two at a time, loading o a pair ahead.
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
 #include "kernels/tma_gemm.cuh"
@@ -40,6 +40,35 @@ struct NormArgs {
   float eps;
 };
 
+// kRows rows from tile row i (stream row m) on: o_in their o, their z staged at `staged`, the
+// lane's columns col of the head (c of the output). Their chains (the squares, the butterfly,
+// the gate's MUFU, the store) interleave, where one row alone left the warp waiting.
+template <int kRows>
+__device__ __forceinline__ void norm_rows(const NormArgs& a, uint32_t staged, int col, int64_t c,
+                                          const float (&wv)[kVec], int m, int i,
+                                          const Raw<kVec> (&o_in)[kRows]) {
+  Raw<kVec> z_raw[kRows];
+  float sum_sq[kRows];
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    ld_shared16(wgmma::swizzled(staged, kTileM, i + q, col), z_raw[q].h);
+    sum_sq[q] = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v)
+      sum_sq[q] = fmaf(detail::raw_at(o_in[q], v), detail::raw_at(o_in[q], v), sum_sq[q]);
+  }
+  detail::group_sum_rows<kRows>(sum_sq, kLanesPerHead);
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    const float s = detail::rms_scale(sum_sq[q], kHeadDim, a.eps);
+    float y[kVec];
+#pragma unroll
+    for (int v = 0; v < kVec; ++v)
+      y[v] = detail::gated_rms(wv[v], detail::raw_at(o_in[q], v), s, detail::raw_at(z_raw[q], v));
+    detail::store8(a.out + (m + q) * int64_t(a.Vd) + c, kVec, true, y);
+  }
+}
+
 // The epilogue warps on one tile pair's staged z: rows [m0, m0 + 128), columns [n0, n0 + 256).
 __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a, int e, int m0,
                                               int n0, uint32_t parity) {
@@ -58,30 +87,20 @@ __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a,
   auto o_row = [&](int i) {  // o of tile row i (rows past M: not read)
     return i < i_end ? load_raw<kVec>(a.o + (m0 + i) * int64_t(a.Vd) + c) : Raw<kVec>{};
   };
-  // o two rows ahead: one row's work did not cover a load's latency (the load held the epilogue
-  // warps at a sixth of their samples). The first two load before the wait, beside the products.
-  Raw<kVec> next = o_row(i_begin), after = o_row(i_begin + 1);
+  // o a pair ahead: one row's work did not cover a load's latency (the load held the epilogue
+  // warps at a sixth of their samples). The first pair loads before the wait, beside the
+  // products.
+  Raw<kVec> next[2] = {o_row(i_begin), o_row(i_begin + 1)};
   bar_wait(sm.staged_full, parity);
-  for (int i = i_begin; i < i_end; ++i) {
-    const Raw<kVec> o_raw = next;
-    next = after;
-    after = o_row(i + 2);
-    Raw<kVec> z_raw;
-    ld_shared16(wgmma::swizzled(staged, kTileM, i, col), z_raw.h);
-    float ov[kVec], sum_sq = 0.f;
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) {
-      ov[v] = detail::raw_at(o_raw, v);
-      sum_sq = fmaf(ov[v], ov[v], sum_sq);
-    }
-    sum_sq = detail::group_sum_lanes(sum_sq, kLanesPerHead);
-    const float s = detail::rms_scale(sum_sq, kHeadDim, a.eps);
-    float y[kVec];
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) {
-      y[v] = detail::gated_rms(wv[v], ov[v], s, detail::raw_at(z_raw, v));
-    }
-    detail::store8(a.out + (m0 + i) * int64_t(a.Vd) + c, kVec, true, y);
+  int i = i_begin;
+  for (; i + 1 < i_end; i += 2) {
+    const Raw<kVec> pair[2] = {next[0], next[1]};
+    next[0] = o_row(i + 2), next[1] = o_row(i + 3);
+    norm_rows<2>(a, staged, col, c, wv, m0 + i, i, pair);
+  }
+  if (i < i_end) {  // an odd count's last row
+    const Raw<kVec> last[1] = {next[0]};
+    norm_rows<1>(a, staged, col, c, wv, m0 + i, i, last);
   }
   sm.release_staged(e);
 }
