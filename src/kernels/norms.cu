@@ -21,11 +21,11 @@
 
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
+#include "kernels/launch.cuh"
 
 namespace flide::kernels {
 namespace {
 
-using detail::load8;
 using detail::load_raw8;
 using detail::Raw;
 using detail::raw_at;
@@ -34,8 +34,13 @@ using detail::store8;
 // 512 rather than 1024 threads per block leaves 128 registers a thread, room for the cached
 // chunks plus the gated epilogue's operands without spilling; V = 2 still covers H = 5120.
 constexpr int kMaxGroup = 512;
-// Blocks of the launches that pack several rows into a block (group <= 32).
+// Blocks of the launches that pack several rows into a block (group <= 32), and how many of them
+// an SM gets, each walking its rows in turn with its weights read once (up to 128 registers a
+// thread: two always fit). The 0.8B model's norm of a round of 4 (25,040 rows of 1,024) takes
+// 29.1 us so, against 27.3 for a plain copy of the same bytes and 36.4 as a grid of one row a
+// warp whose chunk loads waited on each other (bench/results/2026-12-01-norm-loads-ahead.md).
 constexpr int kPackedThreads = 256;
+constexpr int kPackedBlocksPerSm = 2;
 
 struct NoSide {};
 
@@ -48,20 +53,25 @@ struct RmsNormOp {
   bool unit_offset;
 
   __device__ const bf16* in_row(int64_t r, int64_t dim) const { return x + r * dim; }
-  __device__ Raw<8> load(int64_t r, int64_t dim, int64_t e, bool vec) const {
-    return load_raw8(in_row(r, dim) + e, dim - e, vec);
+  __device__ Raw<8> load(int64_t r, int64_t dim, int64_t e, int64_t valid, bool vec) const {
+    return load_raw8(in_row(r, dim) + e, valid, vec);
   }
-  __device__ void load_side(int64_t, int64_t, int64_t, bool, Side&) const {}
+  __device__ void load_side(int64_t, int64_t, int64_t, int64_t, bool, Side&) const {}
   __device__ float scale(float sum_sq, int64_t dim) const {
     return detail::rms_scale(sum_sq, dim, eps);
   }
-  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const Raw<8>& v, const Side&,
-                         float s) const {
-    float wv[8], y[8];
-    load8(w + e, dim - e, vec, wv);
+  __device__ Raw<8> load_w(int64_t e, int64_t valid, bool vec) const {
+    return load_raw8(w + e, valid, vec);
+  }
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, int64_t valid, bool vec,
+                         const Raw<8>& v, const Side&, const Raw<8>& wc, float s) const {
+    float y[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) y[k] = raw_at(v, k) * s * (unit_offset ? 1.f + wv[k] : wv[k]);
-    store8(out + r * dim + e, dim - e, vec, y);
+    for (int k = 0; k < 8; ++k) {
+      const float wk = raw_at(wc, k);
+      y[k] = raw_at(v, k) * s * (unit_offset ? 1.f + wk : wk);
+    }
+    store8(out + r * dim + e, valid, vec, y);
   }
 };
 
@@ -76,22 +86,26 @@ struct GatedRmsNormOp {
   float eps;
 
   __device__ const bf16* in_row(int64_t r, int64_t dim) const { return o + r * dim; }
-  __device__ Raw<8> load(int64_t r, int64_t dim, int64_t e, bool vec) const {
-    return load_raw8(in_row(r, dim) + e, dim - e, vec);
+  __device__ Raw<8> load(int64_t r, int64_t dim, int64_t e, int64_t valid, bool vec) const {
+    return load_raw8(in_row(r, dim) + e, valid, vec);
   }
-  __device__ void load_side(int64_t r, int64_t dim, int64_t e, bool vec, Side& side) const {
-    side.z = load_raw8(z + r * dim + e, dim - e, vec);
+  __device__ void load_side(int64_t r, int64_t dim, int64_t e, int64_t valid, bool vec,
+                            Side& side) const {
+    side.z = load_raw8(z + r * dim + e, valid, vec);
   }
   __device__ float scale(float sum_sq, int64_t dim) const {
     return detail::rms_scale(sum_sq, dim, eps);
   }
-  __device__ void finish(int64_t r, int64_t dim, int64_t e, bool vec, const Raw<8>& v,
-                         const Side& side, float s) const {
-    float wv[8], y[8];
-    load8(w + e, dim - e, vec, wv);
+  __device__ Raw<8> load_w(int64_t e, int64_t valid, bool vec) const {
+    return load_raw8(w + e, valid, vec);
+  }
+  __device__ void finish(int64_t r, int64_t dim, int64_t e, int64_t valid, bool vec,
+                         const Raw<8>& v, const Side& side, const Raw<8>& wc, float s) const {
+    float y[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) y[k] = detail::gated_rms(wv[k], raw_at(v, k), s, raw_at(side.z, k));
-    store8(out + r * dim + e, dim - e, vec, y);
+    for (int k = 0; k < 8; ++k)
+      y[k] = detail::gated_rms(raw_at(wc, k), raw_at(v, k), s, raw_at(side.z, k));
+    store8(out + r * dim + e, valid, vec, y);
   }
 };
 
@@ -100,13 +114,26 @@ struct GatedRmsNormOp {
 // thread reads every chunk it owns once through op.load and keeps its first V chunks in
 // registers; chunks beyond V * group (dim > 8192, only with kLong: a group of a whole block) are
 // read again from memory (op.in_row) for the store, by the same thread, so out == x stays safe.
-template <class Op, int V, bool kLong>
-__global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
-    norm_rows_kernel(Op op, int64_t rows, int64_t dim, int group, bool vec) {
+template <class Op, int V, bool kLong, bool kVec, int kGroup = 0>
+__global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads,
+                                  kLong ? 1 : kPackedBlocksPerSm)
+    norm_rows_kernel(Op op, int64_t rows, int64_t dim, int group_arg) {
+  // kGroup > 0: the group as a constant (a warp a row), its reduction without branches.
+  const int group = kGroup > 0 ? kGroup : group_arg;
   __shared__ float warp_sums[32];
   const int lane = int(threadIdx.x) % group;
   const int rows_per_block = int(blockDim.x) / group;
   const int64_t n_chunks = (dim + 7) / 8;
+  // Elements of the row from e on (only the first 8 matter): with kVec dim is a multiple of 8,
+  // so a chunk is whole, and the scalar paths of the loads and stores drop out.
+  auto valid = [&](int64_t e) { return kVec ? int64_t(8) : dim - e; };
+  // A thread's chunks are the same columns in every row it visits: their weights are read once.
+  Raw<8> wc[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t c = lane + int64_t(v) * group;
+    if (c < n_chunks) wc[v] = op.load_w(8 * c, valid(8 * c), kVec);
+  }
   for (int64_t first = int64_t(blockIdx.x) * rows_per_block; first < rows;
        first += int64_t(gridDim.x) * rows_per_block) {
     // Threads past the last row still run the shuffles and barriers, with nothing to do.
@@ -116,18 +143,26 @@ __global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
     Raw<8> cache[V];  // the row's own bf16, widened where used: half the registers of fp32
     typename Op::Side side[V];
     float sum_sq = 0.f;
+    // Every load before the first sum: a chunk's sum in the same branch as the next chunk's load
+    // made each load wait for the one before it (34-36 us for the 0.8B norm of a round of 4).
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = lane + int64_t(v) * group;
       if (live && c < n_chunks) {
-        cache[v] = op.load(r, dim, 8 * c, vec);
-        op.load_side(r, dim, 8 * c, vec, side[v]);
+        cache[v] = op.load(r, dim, 8 * c, valid(8 * c), kVec);
+        op.load_side(r, dim, 8 * c, valid(8 * c), kVec, side[v]);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = lane + int64_t(v) * group;
+      if (live && c < n_chunks) {
 #pragma unroll
         for (int k = 0; k < 8; ++k) sum_sq = fmaf(raw_at(cache[v], k), raw_at(cache[v], k), sum_sq);
       }
     }
     for (int64_t c = lane + int64_t(V) * group; kLong && live && c < n_chunks; c += group) {
-      const Raw<8> t = op.load(r, dim, 8 * c, vec);
+      const Raw<8> t = op.load(r, dim, 8 * c, valid(8 * c), kVec);
 #pragma unroll
       for (int k = 0; k < 8; ++k) sum_sq = fmaf(raw_at(t, k), raw_at(t, k), sum_sq);
     }
@@ -148,13 +183,14 @@ __global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = lane + int64_t(v) * group;
-      if (c < n_chunks) op.finish(r, dim, 8 * c, vec, cache[v], side[v], s);
+      if (c < n_chunks) op.finish(r, dim, 8 * c, valid(8 * c), kVec, cache[v], side[v], wc[v], s);
     }
     for (int64_t c = lane + int64_t(V) * group; kLong && c < n_chunks; c += group) {
       typename Op::Side sd;
-      const Raw<8> t = load_raw8(in + 8 * c, dim - 8 * c, vec);
-      op.load_side(r, dim, 8 * c, vec, sd);
-      op.finish(r, dim, 8 * c, vec, t, sd, s);
+      const int64_t e = 8 * c;
+      const Raw<8> t = load_raw8(in + e, valid(e), kVec);
+      op.load_side(r, dim, e, valid(e), kVec, sd);
+      op.finish(r, dim, e, valid(e), kVec, t, sd, op.load_w(e, valid(e), kVec), s);
     }
   }
 }
@@ -165,31 +201,45 @@ __global__ void __launch_bounds__(kLong ? kMaxGroup : kPackedThreads)
 // thread. A warp's row needs no block barrier, so up to 0.8B's hidden size of 1,024 a warp's rows
 // follow each other without waiting on the block (as a block of 64 threads a row, the 1,024 norm
 // moved 2.6 TB/s: bench/results/2026-12-01-norm-warp-rows.md).
-template <class Op>
-cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaStream_t stream) {
-  if (rows <= 0 || dim <= 0) return cudaSuccess;
+template <class Op, bool kVec>
+cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, cudaStream_t stream) {
   const int64_t n_chunks = (dim + 7) / 8;
+  int sms = 0;
+  if (const cudaError_t err = detail::multiprocessors(sms); err != cudaSuccess) return err;
+  // Packed blocks: kPackedBlocksPerSm an SM at most, each walking its rows in turn.
+  const auto packed_blocks = [&](int group) {
+    return std::min(detail::blocks_for(rows, kPackedThreads / group), sms * kPackedBlocksPerSm);
+  };
   if (n_chunks <= 32) {
     int group = 1;
     while (group < n_chunks) group *= 2;
-    constexpr int threads = kPackedThreads;
-    norm_rows_kernel<Op, 1, false>
-        <<<detail::blocks_for(rows, threads / group), threads, 0, stream>>>(op, rows, dim, group,
-                                                                            vec);
+    norm_rows_kernel<Op, 1, false, kVec>
+        <<<packed_blocks(group), kPackedThreads, 0, stream>>>(op, rows, dim, group);
   } else if (n_chunks <= 128) {
     constexpr int threads = kPackedThreads, group = 32;
-    const int blocks = detail::blocks_for(rows, threads / group);
+    const int blocks = packed_blocks(group);
     if (n_chunks <= 64)
-      norm_rows_kernel<Op, 2, false><<<blocks, threads, 0, stream>>>(op, rows, dim, group, vec);
+      norm_rows_kernel<Op, 2, false, kVec, group>
+          <<<blocks, threads, 0, stream>>>(op, rows, dim, group);
     else
-      norm_rows_kernel<Op, 4, false><<<blocks, threads, 0, stream>>>(op, rows, dim, group, vec);
+      norm_rows_kernel<Op, 4, false, kVec, group>
+          <<<blocks, threads, 0, stream>>>(op, rows, dim, group);
   } else {
     const int64_t per_thread2 = (n_chunks + 1) / 2;
     const int group = int(std::min<int64_t>(kMaxGroup, (per_thread2 + 31) / 32 * 32));
-    norm_rows_kernel<Op, 2, true>
-        <<<detail::blocks_for(rows, 1), group, 0, stream>>>(op, rows, dim, group, vec);
+    norm_rows_kernel<Op, 2, true, kVec>
+        <<<detail::blocks_for(rows, 1), group, 0, stream>>>(op, rows, dim, group);
   }
   return cudaGetLastError();
+}
+
+// launch_norm with vec (16-byte accesses: dim a multiple of 8, every pointer aligned) as a
+// constant of the kernel.
+template <class Op>
+cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return cudaSuccess;
+  return vec ? launch_norm<Op, true>(op, rows, dim, stream)
+             : launch_norm<Op, false>(op, rows, dim, stream);
 }
 
 }  // namespace

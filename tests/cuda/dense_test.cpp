@@ -72,7 +72,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(NormShape{1, 1}, NormShape{1, 16}, NormShape{7, 37}, NormShape{130, 24},
                       NormShape{200, 128}, NormShape{65, 256}, NormShape{3, 1000},
                       NormShape{4, 777}, NormShape{2, 4096}, NormShape{300, 1024},
-                      NormShape{3, 10000}, NormShape{2, 9001}),
+                      NormShape{3, 10000}, NormShape{2, 9001},
+                      // more rows than the packed grid's warps take at once (two blocks an SM):
+                      // each warp walks several rows
+                      NormShape{5000, 1024}, NormShape{20000, 64}),
     [](const auto& info) { return cat(info.param.rows, "x", info.param.cols); });
 
 // ---- matmul ----
