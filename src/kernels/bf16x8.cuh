@@ -191,15 +191,25 @@ __device__ __forceinline__ float group_sum_lanes(float s, int width) {
   return s;
 }
 
-// group_sum_lanes for kRows values at once, their shuffles interleaved (each value's sum in the
-// order it has alone): one row's butterfly alone leaves the warp waiting on each step.
-template <int kRows>
-__device__ __forceinline__ void group_sum_rows(float (&s)[kRows], int width) {
+// Each of kRows rows' sum of squares (its kVec values in order, fp32) summed over aligned groups
+// of `width` lanes, the rows' shuffles interleaved (each row's sum in the order group_sum_lanes
+// gives it alone): one row's butterfly alone leaves the warp waiting on each step. All 32 lanes
+// call it.
+template <int kRows, int kVec>
+__device__ __forceinline__ void group_sum_sq_rows(const Raw<kVec> (&rows)[kRows], int width,
+                                                  float (&sum_sq)[kRows]) {
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    sum_sq[q] = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v)
+      sum_sq[q] = fmaf(raw_at(rows[q], v), raw_at(rows[q], v), sum_sq[q]);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2)
     if (off < width) {
 #pragma unroll
-      for (int q = 0; q < kRows; ++q) s[q] += __shfl_xor_sync(0xffffffffu, s[q], off);
+      for (int q = 0; q < kRows; ++q) sum_sq[q] += __shfl_xor_sync(0xffffffffu, sum_sq[q], off);
     }
 }
 

@@ -89,14 +89,7 @@ __device__ __forceinline__ void store_rows(const Raw<kVec> (&y)[kRows], bool nor
                                            bf16* out, int ld) {
   if (norm_warp) {  // warp-uniform: q and k tiles (whose every channel is normed)
     float sum_sq[kRows];
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      sum_sq[q] = 0.f;
-#pragma unroll
-      for (int v = 0; v < kVec; ++v)
-        sum_sq[q] = fmaf(detail::raw_at(y[q], v), detail::raw_at(y[q], v), sum_sq[q]);
-    }
-    detail::group_sum_rows<kRows>(sum_sq, kLanesPerHead);
+    detail::group_sum_sq_rows(y, kLanesPerHead, sum_sq);
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
       const float s = rsqrtf(sum_sq[q] + eps);

@@ -48,16 +48,11 @@ __device__ __forceinline__ void norm_rows(const NormArgs& a, uint32_t staged, in
                                           const float (&wv)[kVec], int m, int i,
                                           const Raw<kVec> (&o_in)[kRows]) {
   Raw<kVec> z_raw[kRows];
-  float sum_sq[kRows];
 #pragma unroll
-  for (int q = 0; q < kRows; ++q) {
+  for (int q = 0; q < kRows; ++q)
     ld_shared16(wgmma::swizzled(staged, kTileM, i + q, col), z_raw[q].h);
-    sum_sq[q] = 0.f;
-#pragma unroll
-    for (int v = 0; v < kVec; ++v)
-      sum_sq[q] = fmaf(detail::raw_at(o_in[q], v), detail::raw_at(o_in[q], v), sum_sq[q]);
-  }
-  detail::group_sum_rows<kRows>(sum_sq, kLanesPerHead);
+  float sum_sq[kRows];
+  detail::group_sum_sq_rows(o_in, kLanesPerHead, sum_sq);
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
     const float s = detail::rms_scale(sum_sq[q], kHeadDim, a.eps);
