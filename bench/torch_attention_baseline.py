@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """What PyTorch's attention kernels reach on the H200 for the attention of a QuALITY round.
 
-flide's hd-256 attention (attention_wgmma.cu) runs a layer of a round of 4 QuALITY requests in
-~1.14 ms at ~395 TFLOP/s (bench/results/2026-12-02-where-the-round-waits.md). This times
+flide's hd-256 attention (attention_wgmma.cu) runs a full layer of a round of 4 QuALITY requests,
+trunks and questions in one launch, in ~1.13 ms (0.618 TFLOP; bench/results/
+2026-12-02-attention-vs-cudnn.md). This times
 torch.nn.functional.scaled_dot_product_attention on the causal trunks of that round: 4 requests of
 TOKENS tokens, 8 query heads over 2 key/value heads of 256 (the Qwen3.5 0.8B layout), bf16. Each
 backend that takes the shape (flash, cuDNN, memory-efficient) runs alone. Then the questions'
@@ -81,6 +82,7 @@ def median_ms(call, backend, args):
             times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
 
 if __name__ == "__main__":
     main()
