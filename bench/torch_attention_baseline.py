@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from torch_timing import median_ms
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -56,32 +58,15 @@ def main():
                 kk, vv = (k, v) if gqa else (k_full, v_full)
                 label = {"part": part, "backend": name, "gqa": gqa}
                 try:
-                    ms = median_ms(lambda: F.scaled_dot_product_attention(
-                        q, kk, vv, is_causal=causal, enable_gqa=gqa), backend, args)
+                    with sdpa_kernel(backend):
+                        ms = median_ms(lambda: F.scaled_dot_product_attention(
+                            q, kk, vv, is_causal=causal, enable_gqa=gqa), args.reps, args.warmup)
                 except RuntimeError as e:
                     print(json.dumps({**label, "error": str(e).splitlines()[0]}))
                     continue
                 print(json.dumps({**label, "tokens": T, "query_rows": q.shape[2], "batch": B,
                                   "ms": round(ms, 4), "tflops": round(flop / ms / 1e9, 1),
                                   "torch": torch.__version__}))
-
-
-def median_ms(call, backend, args):
-    with sdpa_kernel(backend):
-        for _ in range(args.warmup):
-            call()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(args.reps):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 if __name__ == "__main__":

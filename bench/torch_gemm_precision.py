@@ -18,6 +18,8 @@ import json
 
 import torch
 
+from torch_timing import median_ms
+
 # (N, K, calls a round): the 0.8B forward's products on every row (model/qwen3_5.cpp
 # gemm_shapes), gate and up as one product of 2 x 3,584 columns.
 SHAPES = [
@@ -31,20 +33,6 @@ SHAPES = [
     (7168, 1024, 23),  # MLP gate_proj | up_proj
     (1024, 3584, 23),  # MLP down_proj
 ]
-
-
-def timed(fn, reps, warmup):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def main():
@@ -71,7 +59,7 @@ def main():
     flop_mix = sum(2.0 * M * N * K * calls for N, K, calls in SHAPES)
     for precision in ("bf16", "fp8"):
         for N, K, calls in SHAPES:
-            ms = timed(ops[(N, K)][precision], args.reps, args.warmup)
+            ms = median_ms(ops[(N, K)][precision], args.reps, args.warmup)
             print(json.dumps({"precision": precision, "M": M, "N": N, "K": K, "ms": round(ms, 4),
                               "tflop_s": round(2.0 * M * N * K / ms / 1e9, 1)}))
 
@@ -80,7 +68,7 @@ def main():
                 for _ in range(calls):
                     ops[(N, K)][precision]()
 
-        ms = timed(mix, args.reps, args.warmup)
+        ms = median_ms(mix, args.reps, args.warmup)
         print(json.dumps({"precision": precision, "mix_ms": round(ms, 3),
                           "mix_tflop": round(flop_mix / 1e12, 3),
                           "tflop_s": round(flop_mix / ms / 1e9, 1)}))
