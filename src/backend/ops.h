@@ -156,18 +156,41 @@ class Ops {
   // heads_kv*hd].
   virtual void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                          int head_dim, double scale) = 0;
-  // The query side, attention and the output gate: out = attention(q) * sigmoid(gate) with q and
-  // gate from qg as attention_query makes them (norm q_norm, the query's RoPE and eps), k and v
-  // ready. By default those three ops (q and gate in scratch); a backend may fuse them (CUDA:
-  // the gate applied in the attention's store, never copied out), rounding as these steps do.
+  // out = attention(q, k, v) * sigmoid(gate), gate [R, heads_q * hd]. By default attention then
+  // sigmoid_mul; a backend may fuse them (CUDA: the gate applied in the attention's store),
+  // rounding as these steps do.
+  virtual void attention_gated(View q, View gate, View k, View v, View out, Rows which,
+                               int heads_q, int heads_kv, int head_dim, double scale) {
+    attention(q, k, v, out, which, heads_q, heads_kv, head_dim, scale);
+    sigmoid_mul(out, gate);
+  }
+  // The query side, attention and the output gate: attention_gated with q and gate from qg as
+  // attention_query makes them (norm q_norm, the query's RoPE and eps), k and v ready. By default
+  // those ops (q and gate in scratch); a backend may fuse them (CUDA: the gate read from qg in the
+  // attention's store, never copied out), rounding as these steps do.
   virtual void gated_attention(View qg, View q_norm, View k, View v, View out, Rows which,
                                int heads_q, int heads_kv, int head_dim, int rot_dim, double theta,
                                double eps, double scale) {
     const int64_t C = int64_t(heads_q) * head_dim;
     View q = scratch(qg.rows, C), gate = scratch(qg.rows, C);
     attention_query(qg, q_norm, q, gate, which, heads_q, head_dim, rot_dim, theta, eps);
-    attention(q, k, v, out, which, heads_q, heads_kv, head_dim, scale);
-    sigmoid_mul(out, gate);
+    attention_gated(q, gate, k, v, out, which, heads_q, heads_kv, head_dim, scale);
+  }
+  // A gated attention layer's projections over every stream row of h [T, H]: q and gate [T,
+  // heads_q * hd] as attention_query makes them from qg = h . w_q^T (norm q_norm), k [T, heads_kv *
+  // hd] as attention_key makes it from h . w_k^T (norm k_norm), v = h . w_v^T. By default the
+  // three matmuls and those two ops (qg in scratch); a backend may fuse them (CUDA: one GEMM whose
+  // epilogue norms and turns the query and key heads), rounding as these steps do.
+  virtual void attention_projections(View h, View w_q, View w_k, View w_v, View q_norm,
+                                     View k_norm, View q, View gate, View k, View v, int heads_q,
+                                     int heads_kv, int head_dim, int rot_dim, double theta,
+                                     double eps) {
+    View qg = scratch(h.rows, w_q.rows);
+    matmul(h, w_q, qg);
+    matmul(h, w_k, k);
+    matmul(h, w_v, v);
+    attention_query(qg, q_norm, q, gate, Rows::Rows_all, heads_q, head_dim, rot_dim, theta, eps);
+    attention_key(k, k_norm, heads_kv, head_dim, rot_dim, theta, eps);
   }
 
   // ---- Gated DeltaNet ----

@@ -350,13 +350,15 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
                            int heads_kv, int head_dim, float scale, cudaStream_t stream,
-                           const __nv_bfloat16* qg) {
+                           const AttentionGate& gate) {
   (void)q_rows;  // the plan carries each row's stream row
   if (R == 0) return cudaSuccess;
   if (R < 0 || n_tiles <= 0 || heads_kv <= 0 || heads_q <= 0 || heads_q % heads_kv != 0 ||
       heads_q > INT16_MAX)  // RowTable's 16-bit query heads
     return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(qg) % 4 != 0) return cudaErrorMisalignedAddress;
+  if (reinterpret_cast<uintptr_t>(gate.data) % 4 != 0 || gate.row_stride % 2 != 0 ||
+      gate.head_stride % 2 != 0)
+    return cudaErrorMisalignedAddress;
   if (!q || !k || !v || !out || !plan || !meta.path_begin || !meta.path_nodes ||
       !meta.node_offset || !meta.node_length)
     return cudaErrorInvalidValue;
@@ -384,7 +386,7 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
            group,
            n_chunks,
            scale * kLog2e};
-  p.qg = qg;
+  p.gate = gate;
   const unsigned g = unsigned(grid);
   switch (head_dim) {
     case 16:

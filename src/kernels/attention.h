@@ -29,6 +29,16 @@ struct HostTree {
   int32_t n_tokens;
 };
 
+// The output gate of query row r's head h: hd values at data + r * row_stride + h * head_stride
+// (data 4-byte aligned, strides even). attention_query's qg [R, heads_q * 2 * hd] (per head
+// [query | gate]) is {qg + hd, heads_q * 2 * hd, 2 * hd}; a packed gate [R, heads_q * hd] is
+// {gate, heads_q * hd, hd}.
+struct AttentionGate {
+  const __nv_bfloat16* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t head_stride = 0;
+};
+
 // Upper bound of a plan's tile count, and of its size, for R query rows over a tree of n_nodes
 // nodes.
 int64_t attention_max_tiles(int64_t R, int32_t n_nodes);
@@ -50,12 +60,12 @@ size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t
 // the tree the plan was built from. n_tiles may be any upper bound of the plan's tile count (e.g.
 // attention_max_tiles(R, n_nodes) for a fixed launch shape under graph capture): CTAs past the
 // plan's count return at once. A row's result depends only on its own path (see attention.cu).
-// qg (optional): attention_query's input [R, heads_q * 2 * hd], per head [query | gate], 4-byte
-// aligned; the output is then attention * sigmoid(gate), rounded as sigmoid_mul would round it.
+// gate (optional): the output is then attention * sigmoid(gate), rounded as sigmoid_mul would
+// round it.
 cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
                            int heads_kv, int head_dim, float scale, cudaStream_t stream,
-                           const __nv_bfloat16* qg = nullptr);
+                           const AttentionGate& gate = {});
 
 }  // namespace flide::kernels

@@ -1,26 +1,16 @@
 // The query and key side of gated attention in one pass over each head (dense.h
 // attention_prep): the per-head RMS norm (weight 1 + w), then partial NeoX ("rotate_half") RoPE,
 // and for the query the gate half copied out beside it. One pass instead of a split, a norm and a
-// rotation: the query rows are read once and written once (HF Qwen3_5Attention: q_norm and k_norm,
-// then apply_rotary_pos_emb; spec §5 steps 2-3).
-//
-// Numerics: the sum of squares in fp32 and the normed value x * rsqrt(mean + eps) * (1 + w)
-// rounded to bf16 (HF's norm returns the input dtype), then the rotation in fp32 from those
-// rounded values, rounded once more. RoPE's angle is the fp32 product pos * inv_freq[i],
-// inv_freq[i] = 1 / theta^(2i / rot_dim) in fp32 (theta^e evaluated in double: --use_fast_math
-// would make powf the approximate __powf), as HF builds it. That product multiplies any error of
-// inv_freq by pos (up to ~2^18 rad), so the angle is reduced to [-pi, pi] in double (exact to
-// ~1e-11 rad) before the fast __sincosf (~2^-21 absolute there; without the reduction it is
-// useless at 10^5 rad). HF takes torch's fp32 cos / sin, rounds them to bf16 and rotates in bf16;
-// we keep cos/sin and the rotation in fp32, within ~1 bf16 ulp of HF.
+// rotation: the query rows are read once and written once. The steps and their rounding are
+// rope_norm.cuh's.
 //
 // Work split: a warp per (row, head) task, a lane holding one 8-element chunk of the head
 // (head_dim <= kAttentionPrepMaxHeadDim); each warp loads kBatch tasks' chunks (and copies their
 // gates) before it computes any, for enough bytes in flight to keep the memory busy. The normed
 // head's rotated dims go through the warp's shared-memory slice, where lane i turns the pair (i, i
 // + half).
-#include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
+#include "kernels/rope_norm.cuh"
 
 namespace flide::kernels {
 namespace {
@@ -53,10 +43,8 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   float* rotated = smem + warp * slice_floats(a.rot);     // [rot] of the normed head
   float* inv_freq = smem + kWarps * slice_floats(a.rot);  // [half]
-  for (int i = int(threadIdx.x); i < half; i += int(blockDim.x)) {
-    const float e = __fdiv_rn(float(2 * i), float(a.rot));
-    inv_freq[i] = __fdiv_rn(1.f, float(pow(double(a.theta), double(e))));
-  }
+  for (int i = int(threadIdx.x); i < half; i += int(blockDim.x))
+    inv_freq[i] = detail::rope_inv_freq(i, a.rot, a.theta);
   __syncthreads();
   const int d0 = 8 * lane, valid = a.hd - d0;
   float wv[8];
@@ -101,14 +89,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
       float x[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) x[k] = detail::raw_at(xs[b], k);
-      float sum_sq = 0.f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) sum_sq += x[k] * x[k];
-      sum_sq = detail::group_sum_lanes(sum_sq, 32);
-      const float s = detail::rms_scale(sum_sq, a.hd, a.eps);
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        x[k] = __bfloat162float(__float2bfloat16_rn(x[k] * s * (1.f + wv[k])));
+      detail::head_rmsnorm8(x, wv, a.hd, a.eps);
       // Only the rotated dims are read back: a whole chunk as two 16-byte stores (a lane's 32
       // bytes are its own, no bank conflicts), a partial one element by element.
       if (d0 < a.rot) {
@@ -126,13 +107,10 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
       // Lane i turns the pair (i, i + half) in place: one angle a lane, every lane busy.
       const float pos = float(a.positions[a.rows ? a.rows[r] : r]);
       for (int i = lane; i < half; i += 32) {
-        const double angle = double(__fmul_rn(pos, inv_freq[i]));
-        const double turns = rint(angle * 0.15915494309189535);  // 1 / (2 pi)
-        float sn, cs;
-        __sincosf(float(fma(-turns, 6.283185307179586, angle)), &sn, &cs);
-        const float x1 = rotated[i], x2 = rotated[i + half];
-        rotated[i] = x1 * cs - x2 * sn;
-        rotated[i + half] = x2 * cs + x1 * sn;
+        float x1 = rotated[i], x2 = rotated[i + half];
+        detail::rope_turn(pos, inv_freq[i], x1, x2);
+        rotated[i] = x1;
+        rotated[i + half] = x2;
       }
       __syncwarp();
       if (d0 < a.rot) {

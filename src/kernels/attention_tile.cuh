@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/bf16x8.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/mma_bf16.cuh"
@@ -47,9 +48,8 @@ struct Params {
   int group;     // heads_q / heads_kv
   int n_chunks;  // CTAs per (tile, kv head)
   float scale_log2;
-  // nullptr, or attention_query's qg [R, heads_q * 2 * hd] (per head [query | gate]): the output
-  // is then multiplied by sigmoid(gate) in the store.
-  const bf16* qg = nullptr;
+  // With gate.data, the output is multiplied by sigmoid(gate) in the store.
+  AttentionGate gate;
 };
 
 using detail::cp_async16;
@@ -303,7 +303,7 @@ __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN
 }
 
 // out = O / l for the thread's two rows (columns 8 dn + 2 t, + 1 of each n-tile below HD), rounded
-// to bf16 once; unused packed rows are not stored. With p.qg, that bf16 value times sigmoid(gate)
+// to bf16 once; unused packed rows are not stored. With a gate, that bf16 value times sigmoid(gate)
 // is stored instead, rounded once more, as sigmoid_mul would make it.
 template <int HD, int kDimTiles>
 __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPair rp,
@@ -321,11 +321,11 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
     const float l = h ? rp.l1 : rp.l0, inv = l > 0.f ? 1.f / l : 0.f;
     bf16* dst = p.out + int64_t(r) * q_stride + int64_t(rows.qh[row]) * HD + 2 * quad_t;
     // With a gate, every gate pair is loaded before the first store: the compiler cannot tell
-    // that out and qg do not overlap, and would keep each load behind the store before it.
+    // that out and the gate do not overlap, and would keep each load behind the store before it.
     __nv_bfloat162 g[kDimTiles];
-    if (p.qg) {
-      const bf16* gate =
-          p.qg + int64_t(r) * 2 * q_stride + int64_t(rows.qh[row]) * 2 * HD + HD + 2 * quad_t;
+    if (p.gate.data) {
+      const bf16* gate = p.gate.data + int64_t(r) * p.gate.row_stride +
+                         int64_t(rows.qh[row]) * p.gate.head_stride + 2 * quad_t;
 #pragma unroll
       for (int dn = 0; dn < kDimTiles; ++dn)
         if (dn * 8 < HD) g[dn] = *reinterpret_cast<const __nv_bfloat162*>(gate + dn * 8);
@@ -334,7 +334,7 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
     for (int dn = 0; dn < kDimTiles; ++dn) {
       if (dn * 8 >= HD) continue;
       __nv_bfloat162 y = __floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
-      if (p.qg) {
+      if (p.gate.data) {
         const float2 yf = __bfloat1622float2(y), gf = __bfloat1622float2(g[dn]);
         y = __floats2bfloat162_rn(detail::times_sigmoid(yf.x, gf.x),
                                   detail::times_sigmoid(yf.y, gf.y));

@@ -51,6 +51,23 @@ cudaError_t attention_prep(const bf16* src, int64_t src_ld, int64_t src_head, bf
                            const bf16* w, const int32_t* positions, const int32_t* rows,
                            int64_t n_rows, int heads, int head_dim, int rot_dim, float eps,
                            float theta, cudaStream_t stream);
+// A gated attention layer's projections in one GEMM (attention_proj_gemm.cu): qg = h . w_q^T, k =
+// h . w_k^T, v = h . w_v^T rounded to bf16 as matmul rounds them, then q and gate as
+// attention_prep makes them from qg (norm weight q_norm) and k as it makes it in place (k_norm),
+// by the positions of rows 0 .. M - 1. h [M, K], w_q [2 heads_q head_dim, K] (per head [query |
+// gate]), w_k and w_v [heads_kv head_dim, K], q and gate [M, heads_q head_dim], k and v [M,
+// heads_kv head_dim]. attention_projections_supported says whether the kernel takes these (head_dim
+// 256, 16-byte alignment, K a multiple of 8, an even rot_dim <= head_dim); otherwise run the
+// three matmuls and attention_prep.
+bool attention_projections_supported(const void* h, const void* w_q, const void* w_k,
+                                     const void* w_v, const void* q_norm, const void* k_norm,
+                                     const void* q, const void* gate, const void* k, const void* v,
+                                     int64_t K, int head_dim, int rot_dim);
+cudaError_t attention_projections(const bf16* h, const bf16* w_q, const bf16* w_k, const bf16* w_v,
+                                  const bf16* q_norm, const bf16* k_norm,
+                                  const int32_t* positions, bf16* q, bf16* gate, bf16* k, bf16* v,
+                                  int64_t M, int64_t K, int heads_q, int heads_kv, int head_dim,
+                                  int rot_dim, float eps, float theta, cudaStream_t stream);
 // g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); ab [T, 2 Hv] bf16
 // holds a | b side by side; g, beta [T, Hv]; A_log, dt_bias [Hv] bf16.
 cudaError_t gdn_gates(const bf16* ab, const bf16* A_log, const bf16* dt_bias, float* g, float* beta,

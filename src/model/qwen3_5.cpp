@@ -297,25 +297,26 @@ class Qwen35Model final : public Model {
     const int64_t T = h.rows, H = cfg_.hidden_size;
     const int nh = int(cfg_.num_attention_heads), nkv = int(cfg_.num_key_value_heads);
     const int hd = int(cfg_.head_dim), rot = int(cfg_.rotary_dim());
-    const Rows which = last ? Rows::Rows_out : Rows::Rows_all;
-
-    View hq = h;  // queries only where the output is read
-    if (last) {
-      hq = ops_.scratch(int64_t(s.out_rows.size()), H);
-      ops_.gather_rows(h, hq);
-    }
-    const int64_t Rq = hq.rows;
-    View qg = ops_.scratch(Rq, int64_t(nh) * 2 * hd);
-    ops_.matmul(hq, w.q, qg);
-
+    const double theta = cfg_.rope_theta, eps = cfg_.rms_norm_eps;
+    const double scale = 1.0 / std::sqrt(double(hd));
     View k = ops_.scratch(T, int64_t(nkv) * hd), v = ops_.scratch(T, int64_t(nkv) * hd);
-    ops_.matmul(h, w.k, k);
-    ops_.matmul(h, w.v, v);
-    ops_.attention_key(k, w.k_norm, nkv, hd, rot, cfg_.rope_theta, cfg_.rms_norm_eps);
-
-    View attn = ops_.scratch(Rq, int64_t(nh) * hd);
-    ops_.gated_attention(qg, w.q_norm, k, v, attn, which, nh, nkv, hd, rot, cfg_.rope_theta,
-                         cfg_.rms_norm_eps, 1.0 / std::sqrt(double(hd)));
+    View attn = ops_.scratch(last ? int64_t(s.out_rows.size()) : T, int64_t(nh) * hd);
+    if (last) {  // queries only where the output is read
+      View hq = ops_.scratch(attn.rows, H);
+      ops_.gather_rows(h, hq);
+      View qg = ops_.scratch(attn.rows, int64_t(nh) * 2 * hd);
+      ops_.matmul(hq, w.q, qg);
+      ops_.matmul(h, w.k, k);
+      ops_.matmul(h, w.v, v);
+      ops_.attention_key(k, w.k_norm, nkv, hd, rot, theta, eps);
+      ops_.gated_attention(qg, w.q_norm, k, v, attn, Rows::Rows_out, nh, nkv, hd, rot, theta, eps,
+                           scale);
+    } else {
+      View q = ops_.scratch(T, int64_t(nh) * hd), gate = ops_.scratch(T, int64_t(nh) * hd);
+      ops_.attention_projections(h, w.q, w.k, w.v, w.q_norm, w.k_norm, q, gate, k, v, nh, nkv, hd,
+                                 rot, theta, eps);
+      ops_.attention_gated(q, gate, k, v, attn, Rows::Rows_all, nh, nkv, hd, scale);
+    }
     ops_.matmul_add(attn, w.o, x);
   }
 

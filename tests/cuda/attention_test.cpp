@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "cuda_test_util.h"
+#include "kernels/dense.h"
 
 namespace flide::test {
 namespace {
@@ -166,6 +167,10 @@ TEST_P(CudaGatedAttention, MatchesReferenceAndThreeOps) {
     gpu.attention(q, k.gpu, v.gpu, three, which, hq, hkv, hd, scale);
     gpu.sigmoid_mul(three, gate);
     expect_exact("gated_attention (fused against three ops)", p.got(out), p.got(three), context);
+    View gated = gpu.alloc(rows, Cq);
+    gpu.attention_gated(q, gate, k.gpu, v.gpu, gated, which, hq, hkv, hd, scale);
+    expect_exact("attention_gated against attention and sigmoid_mul", p.got(gated), p.got(three),
+                 context);
   }
 }
 
@@ -179,6 +184,93 @@ INSTANTIATE_TEST_SUITE_P(Trees, CudaGatedAttention,
                            return cat(std::get<0>(info.param).name, "_q", a.heads, "_kv",
                                       a.heads_kv, "_hd", a.head_dim, "_rot", a.rot_dim);
                          });
+
+// ---- a layer's projections: the products, the query side and the key side ----
+
+struct ProjShape {
+  std::vector<NodeSpec> nodes;
+  int heads, heads_kv, head_dim, rot_dim;
+  int64_t K;
+};
+void PrintTo(const ProjShape& s, std::ostream* os) {
+  *os << s.nodes.size() << " nodes, heads " << s.heads << "/" << s.heads_kv << " hd "
+      << s.head_dim << " rot " << s.rot_dim << " K " << s.K;
+}
+
+class CudaAttentionProjections : public CudaTestWithParam<ProjShape> {};
+
+// The fused GEMM where it takes the shape (head_dim 256, K a multiple of 8), Ops' five steps
+// elsewhere; the test checks which ran. Against the float64 reference: under kTolBf16 (the
+// products' and the norm's and rotation's roundings); the fused outputs against the GPU's five
+// steps (three matmuls, attention_query, attention_key): the same bits. Positions run up to ~1,700
+// (a root starts at 300).
+TEST_P(CudaAttentionProjections, MatchesReferenceAndFiveSteps) {
+  const ProjShape& shape = GetParam();
+  const int hq = shape.heads, hkv = shape.heads_kv, hd = shape.head_dim, rot = shape.rot_dim;
+  const int64_t K = shape.K;
+  std::mt19937 gen{std::random_device{}()};
+  const Stream s = build_stream(shape.nodes, 0, gen);
+  const int64_t T = s.n_tokens(), Cq = int64_t(hq) * hd, Ckv = int64_t(hkv) * hd;
+  const double theta = 1e7, eps = 1e-6, ws = 2.0 / std::sqrt(double(K));
+  Pair p;
+  p.set_stream(s);
+  Ops& gpu = p.gpu();
+  auto h = p.put(T, K, random_floats(gen, T * K, -1, 1));
+  auto wq = p.put(2 * Cq, K, random_floats(gen, 2 * Cq * K, -ws, ws));
+  auto wk = p.put(Ckv, K, random_floats(gen, Ckv * K, -ws, ws));
+  auto wv = p.put(Ckv, K, random_floats(gen, Ckv * K, -ws, ws));
+  auto qn = p.put(1, hd, random_floats(gen, hd, -0.5, 0.5));
+  auto kn = p.put(1, hd, random_floats(gen, hd, -0.5, 0.5));
+  auto q = p.poison(T, Cq), gate = p.poison(T, Cq), k = p.poison(T, Ckv), v = p.poison(T, Ckv);
+  const bool fused = kernels::attention_projections_supported(
+      h.gpu.data, wq.gpu.data, wk.gpu.data, wv.gpu.data, qn.gpu.data, kn.gpu.data, q.gpu.data,
+      gate.gpu.data, k.gpu.data, v.gpu.data, K, hd, rot);
+  EXPECT_EQ(fused, hd == 256 && K % 8 == 0);
+  const auto ran = ops_run(gpu, [&] {
+    gpu.attention_projections(h.gpu, wq.gpu, wk.gpu, wv.gpu, qn.gpu, kn.gpu, q.gpu, gate.gpu,
+                              k.gpu, v.gpu, hq, hkv, hd, rot, theta, eps);
+  });
+  const std::set<std::string> expected =
+      fused ? std::set<std::string>{"attention_projections"}
+            : std::set<std::string>{"matmul", "attention_query", "attention_key"};
+  EXPECT_EQ(ran, expected);
+  p.cpu().attention_projections(h.cpu, wq.cpu, wk.cpu, wv.cpu, qn.cpu, kn.cpu, q.cpu, gate.cpu,
+                                k.cpu, v.cpu, hq, hkv, hd, rot, theta, eps);
+  const std::string context = cat("T ", T, " hd ", hd, " rot ", rot, " K ", K);
+  for (const auto& [name, buf] : {std::pair{"q", &q}, {"gate", &gate}, {"k", &k}, {"v", &v}})
+    expect_rms(cat("attention_projections ", name), p.got(*buf), p.ref(*buf), kTolBf16, context);
+  if (!fused) return;
+  View qg = gpu.alloc(T, 2 * Cq), q5 = gpu.alloc(T, Cq), gate5 = gpu.alloc(T, Cq);
+  View k5 = gpu.alloc(T, Ckv), v5 = gpu.alloc(T, Ckv);
+  gpu.matmul(h.gpu, wq.gpu, qg);
+  gpu.matmul(h.gpu, wk.gpu, k5);
+  gpu.matmul(h.gpu, wv.gpu, v5);
+  gpu.attention_query(qg, qn.gpu, q5, gate5, Rows::Rows_all, hq, hd, rot, theta, eps);
+  gpu.attention_key(k5, kn.gpu, hkv, hd, rot, theta, eps);
+  for (const auto& [name, buf, five] :
+       {std::tuple{"q", &q, q5}, {"gate", &gate, gate5}, {"k", &k, k5}, {"v", &v, v5}})
+    expect_exact(cat("attention_projections ", name, " (fused against five steps)"), p.got(*buf),
+                 p.got(five), context);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionProjections,
+    ::testing::Values(
+        // the 0.8B model's heads: a trunk and two questions over 21 row tiles, 20 column tiles
+        ProjShape{{{-1, 1200, -1, -2, 300}, {0, 70}, {0, 70}}, 8, 2, 256, 64, 1024},
+        // one row; an odd row-tile count (a pair's second tile past the end) with a short K
+        ProjShape{{{-1, 1, -1, -2, 300}}, 8, 2, 256, 64, 1024},
+        ProjShape{{{-1, 130, -1, -2, 300}, {0, 65}, {0, 7}}, 4, 1, 256, 256, 200},
+        // five k-blocks on a ring of three stages, every dim turned by a ragged rot
+        ProjShape{{{-1, 300, -1, -2, 300}}, 2, 2, 256, 98, 264},
+        // the five steps: head_dim 64, or K not a multiple of 8
+        ProjShape{{{-1, 130, -1, -2, 300}, {0, 9}}, 4, 2, 64, 16, 128},
+        ProjShape{{{-1, 40, -1, -2, 300}}, 2, 1, 256, 64, 29}),
+    [](const auto& info) {
+      const ProjShape& a = info.param;
+      return cat(a.nodes.size(), "nodes_q", a.heads, "_kv", a.heads_kv, "_hd", a.head_dim, "_rot",
+                 a.rot_dim, "_K", a.K);
+    });
 
 }  // namespace
 }  // namespace flide::test

@@ -201,23 +201,41 @@ void CudaOps::attention_key(View k, View norm, int heads, int head_dim, int rot_
 
 void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                         int head_dim, double scale) {
-  need_stream("attention");
+  run_attention("attention", q, nullptr, k, v, out, which, heads_q, heads_kv, head_dim, scale);
+}
+
+// The gate applied in the attention's store (sigmoid_mul's rounding).
+void CudaOps::attention_gated(View q, View gate, View k, View v, View out, Rows which, int heads_q,
+                              int heads_kv, int head_dim, double scale) {
+  FLIDE_CHECK(gate.rows == q.rows && gate.cols == q.cols, "cuda attention_gated: gate [", gate.rows,
+              ", ", gate.cols, "] q [", q.rows, ", ", q.cols, "]");
+  FLIDE_CHECK(!overlaps(out, gate), "cuda attention_gated: out may not share memory with gate");
+  run_attention("attention_gated", q, &gate, k, v, out, which, heads_q, heads_kv, head_dim, scale);
+}
+
+void CudaOps::run_attention(const char* name, View q, const View* gate, View k, View v, View out,
+                            Rows which, int heads_q, int heads_kv, int head_dim, double scale) {
+  need_stream(name);
   const int64_t hd = head_dim, R = rows_of(which);
-  check_attention_kv("attention", k, v, meta_.n_tokens, heads_q, heads_kv, head_dim);
-  FLIDE_CHECK(q.rows == R && out.rows == R && q.cols == heads_q * hd && out.cols == q.cols,
-              "cuda attention: q [", q.rows, ", ", q.cols, "] out [", out.rows, ", ", out.cols,
-              "] rows ", R);
-  const bf16* qp = as_bf16(q, "attention", "q");
-  const bf16* kp = as_bf16(k, "attention", "k");
-  const bf16* vp = as_bf16(v, "attention", "v");
-  bf16* op = as_bf16(out, "attention", "out");
+  check_attention_kv(name, k, v, meta_.n_tokens, heads_q, heads_kv, head_dim);
+  FLIDE_CHECK(q.rows == R && out.rows == R && q.cols == heads_q * hd && out.cols == q.cols, "cuda ",
+              name, ": q [", q.rows, ", ", q.cols, "] out [", out.rows, ", ", out.cols, "] rows ",
+              R);
+  const bf16* qp = as_bf16(q, name, "q");
+  const bf16* kp = as_bf16(k, name, "k");
+  const bf16* vp = as_bf16(v, name, "v");
+  bf16* op = as_bf16(out, name, "out");
+  const kernels::AttentionGate g =
+      gate ? kernels::AttentionGate{as_bf16(*gate, name, "gate"), q.cols, hd}
+           : kernels::AttentionGate{};
   if (R == 0) return;
   const bool all = which == Rows::Rows_all;
-  if (!op_begin({q, k, v, out}, {int64_t(which), heads_q, heads_kv})) return;
+  if (!op_begin({q, k, v, out, gate ? *gate : View{}}, {int64_t(which), heads_q, heads_kv}))
+    return;
   launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                    all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
-                                   heads_q, heads_kv, head_dim, float(scale), stream_),
-           "attention");
+                                   heads_q, heads_kv, head_dim, float(scale), stream_, g),
+           name);
 }
 
 // attention_query's pass without its gate copy, then the attention with the gate in its store
@@ -250,8 +268,55 @@ void CudaOps::gated_attention(View qg, View q_norm, View k, View v, View out, Ro
   if (err == cudaSuccess)
     err = kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                   all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
-                                  heads_q, heads_kv, head_dim, float(scale), stream_, qgp);
+                                  heads_q, heads_kv, head_dim, float(scale), stream_,
+                                  kernels::AttentionGate{qgp + hd, qg.cols, 2 * hd});
   launched(err, "gated_attention");
+}
+
+// One GEMM (kernels::attention_projections) where the kernel takes the shapes, else Ops' matmuls,
+// attention_query and attention_key; the same bits either way.
+void CudaOps::attention_projections(View h, View w_q, View w_k, View w_v, View q_norm, View k_norm,
+                                    View q, View gate, View k, View v, int heads_q, int heads_kv,
+                                    int head_dim, int rot_dim, double theta, double eps) {
+  need_stream("attention_projections");
+  check_rope_dims("attention_projections", head_dim, rot_dim);
+  const int64_t T = h.rows, K = h.cols, hd = head_dim;
+  const int64_t Cq = heads_q * hd, Ckv = heads_kv * hd;
+  FLIDE_CHECK(T == meta_.n_tokens && w_q.rows == 2 * Cq && w_q.cols == K && w_k.rows == Ckv &&
+                  w_k.cols == K && w_v.rows == Ckv && w_v.cols == K && q_norm.size() == hd &&
+                  k_norm.size() == hd && q.rows == T && q.cols == Cq && gate.rows == T &&
+                  gate.cols == Cq && k.rows == T && k.cols == Ckv && v.rows == T && v.cols == Ckv,
+              "cuda attention_projections: h [", T, ", ", K, "] w_q [", w_q.rows, ", ", w_q.cols,
+              "] w_k [", w_k.rows, ", ", w_k.cols, "] w_v [", w_v.rows, ", ", w_v.cols, "] q [",
+              q.rows, ", ", q.cols, "] gate [", gate.rows, ", ", gate.cols, "] k [", k.rows, ", ",
+              k.cols, "] v [", v.rows, ", ", v.cols, "] norms ", q_norm.size(), ", ",
+              k_norm.size(), " heads ", heads_q, "/", heads_kv, " hd ", hd, " tokens ",
+              meta_.n_tokens);
+  for (const View* out : {&q, &gate, &k, &v})
+    FLIDE_CHECK(!overlaps(*out, h), "cuda attention_projections: an output shares memory with h");
+  const char* name = "attention_projections";
+  const bf16* hp = as_bf16(h, name, "h");
+  const bf16* wqp = as_bf16(w_q, name, "w_q");
+  const bf16* wkp = as_bf16(w_k, name, "w_k");
+  const bf16* wvp = as_bf16(w_v, name, "w_v");
+  const bf16* qnp = as_bf16(q_norm, name, "q_norm");
+  const bf16* knp = as_bf16(k_norm, name, "k_norm");
+  bf16* qp = as_bf16(q, name, "q");
+  bf16* gp = as_bf16(gate, name, "gate");
+  bf16* kp = as_bf16(k, name, "k");
+  bf16* vp = as_bf16(v, name, "v");
+  if (!kernels::attention_projections_supported(hp, wqp, wkp, wvp, qnp, knp, qp, gp, kp, vp, K,
+                                                head_dim, rot_dim))
+    return Ops::attention_projections(h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v, heads_q,
+                                      heads_kv, head_dim, rot_dim, theta, eps);
+  if (T == 0) return;
+  if (!op_begin_shaped({h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v},
+                       {heads_q, heads_kv, head_dim, rot_dim}, T, 2 * (Cq + Ckv), K))
+    return;
+  launched(kernels::attention_projections(hp, wqp, wkp, wvp, qnp, knp, meta_.positions, qp, gp, kp,
+                                          vp, T, K, heads_q, heads_kv, head_dim, rot_dim,
+                                          float(eps), float(theta), stream_),
+           name);
 }
 
 // ---- Gated DeltaNet ----

@@ -104,9 +104,14 @@ class CudaOps final : public Ops {
                      double eps) override;
   void attention(View q, View k, View v, View out, Rows which, int heads_q, int heads_kv,
                  int head_dim, double scale) override;
+  void attention_gated(View q, View gate, View k, View v, View out, Rows which, int heads_q,
+                       int heads_kv, int head_dim, double scale) override;
   void gated_attention(View qg, View q_norm, View k, View v, View out, Rows which, int heads_q,
                        int heads_kv, int head_dim, int rot_dim, double theta, double eps,
                        double scale) override;
+  void attention_projections(View h, View w_q, View w_k, View w_v, View q_norm, View k_norm,
+                             View q, View gate, View k, View v, int heads_q, int heads_kv,
+                             int head_dim, int rot_dim, double theta, double eps) override;
 
   void gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v, int dim_k,
                     double eps, int n_levels) override;
@@ -179,6 +184,9 @@ class CudaOps final : public Ops {
   void need_stream(const char* op) const;
   int64_t rows_of(Rows which) const;
   const int32_t* rows_ptr(Rows which) const;  // device q_rows for `which` (nullptr: all rows)
+  // attention and attention_gated (gate: nullptr, or the packed gate).
+  void run_attention(const char* name, View q, const View* gate, View k, View v, View out,
+                     Rows which, int heads_q, int heads_kv, int head_dim, double scale);
   void check_level(int level, const char* op) const;
 
   // Called by every op right before its launches with the views it reads and writes and the

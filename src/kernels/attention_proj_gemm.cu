@@ -1,0 +1,212 @@
+// A gated attention layer's query, key and value projections in one GEMM (tma_gemm.cuh), with the
+// query and key heads' RMS norm and partial RoPE in its epilogue: what the three matmuls,
+// attention_query and attention_key compute unfused (dense.h attention_prep), rounded alike, bit
+// for bit (the products rounded to bf16, then rope_norm.cuh's steps).
+//
+// Why: unfused, the query side reads the product's query halves back and writes them again
+// (attention_prep: ~100 us a layer of a QuALITY round of 4 on the 0.8B model, 2 TB/s with its
+// occupancy held down by its registers), the keys likewise in place (~30 us), and k and v are two
+// products of their own. Here the heads are normed and turned while they sit in shared memory,
+// beside the next tile's products, and leave once.
+//
+// Tiles: a unit's 256 columns (tma_gemm.cuh: two weight tiles of 128) are one head of head_dim
+// 256, one of four parts: the query of head h (rows [2h, 2h + 1) x 256 of w_q, normed and turned
+// into q), its gate (the next 256 rows, copied into gate), a key head (normed and turned into k) or
+// a value head (copied into v). On a query or key tile the epilogue's seven warps each walk a
+// seventh of the 128 rows, a warp's 32 lanes holding a row's 256 values, 8 each (attention_prep's
+// layout); the normed values go back into the staged tile, where lane i turns the pair (i, i +
+// rot / 2). Every tile then leaves as four bulk tensor stores.
+#include "kernels/dense.h"
+#include "kernels/rope_norm.cuh"
+#include "kernels/tma_gemm.cuh"
+
+namespace flide::kernels {
+namespace {
+
+using namespace tma_gemm;
+using detail::Raw;
+
+constexpr int kHeadDim = kPairCols;  // a head is a unit's columns
+constexpr int kVec = 8;              // values a lane: one 16-byte access
+constexpr int kEpilogueWarps = kEpilogueThreads / 32;
+constexpr int kRowsPerWarp = (kTileM + kEpilogueWarps - 1) / kEpilogueWarps;
+constexpr int kMaxTurns = kHeadDim / 2 / 32;  // RoPE pairs a lane turns at most
+static_assert(kHeadDim == 32 * kVec, "a warp's lanes hold one head");
+
+// The bulk copies' maps: the input, the three weights, the four outputs.
+struct Maps {
+  CUtensorMap x, w_q, w_k, w_v, q, gate, k, v;
+};
+
+struct ProjArgs {
+  const bf16* q_norm;  // [256]
+  const bf16* k_norm;  // [256]
+  const int32_t* positions;
+  int M, heads_q, heads_kv, rot;
+  float eps, theta;
+};
+
+enum class Part : uint8_t { Part_query, Part_gate, Part_key, Part_value };
+
+// Which part and head a column tile is: w_q's heads as query and gate in turn, then the keys,
+// then the values.
+struct Unit {
+  Part part;
+  int head;
+  __device__ Unit(int col_tile, const ProjArgs& a) {
+    const int kv = col_tile - 2 * a.heads_q;
+    if (kv < 0)
+      part = col_tile % 2 ? Part::Part_gate : Part::Part_query, head = col_tile / 2;
+    else if (kv < a.heads_kv)
+      part = Part::Part_key, head = kv;
+    else
+      part = Part::Part_value, head = kv - a.heads_kv;
+  }
+  __device__ bool normed() const { return part == Part::Part_query || part == Part::Part_key; }
+};
+
+// Shared-memory address of value d of staged row i: values [0, 128) are product 0, the rest
+// product 1; d a multiple of 8 addresses a 16-byte unit, any other d lies 2 (d % 8) bytes into
+// its unit.
+__device__ __forceinline__ uint32_t staged_at(uint32_t staged, int i, int d) {
+  return wgmma::swizzled(staged + uint32_t(d / kTileN) * kOutBytes, kTileM, i, d % kTileN & ~7) +
+         2u * uint32_t(d % 8);
+}
+__device__ __forceinline__ float ld_shared_bf16(uint32_t addr) {
+  unsigned short u;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(u) : "r"(addr) : "memory");
+  return __uint_as_float(uint32_t(u) << 16);
+}
+__device__ __forceinline__ void st_shared_bf16(uint32_t addr, float x) {
+  const unsigned short u = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(u) : "memory");
+}
+
+// The epilogue warps on a query or key tile staged for rows [m0, m0 + 128): each row normed with
+// weight 1 + w and its first rot values turned, in place. inv_freq[j]: pair lane + 32 j's.
+__device__ __forceinline__ void norm_and_turn(const Smem& sm, const ProjArgs& a, const bf16* w,
+                                              const float (&inv_freq)[kMaxTurns], int e, int m0) {
+  const int warp = e / 32, lane = e % 32, d0 = kVec * lane, half = a.rot / 2;
+  float wv[kVec];
+  detail::load8(w + d0, kVec, true, wv);
+  const int i_begin = warp * kRowsPerWarp;
+  const int i_end = min(min(kTileM, i_begin + kRowsPerWarp), a.M - m0);
+  for (int i = i_begin; i < i_end; ++i) {
+    const uint32_t at = staged_at(sm.staged, i, d0);
+    Raw<kVec> raw;
+    ld_shared16(at, raw.h);
+    float x[kVec];
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) x[v] = detail::raw_at(raw, v);
+    detail::head_rmsnorm8(x, wv, kHeadDim, a.eps);
+#pragma unroll
+    for (int v = 0; v < kVec / 2; ++v) raw.h[v] = detail::pack_bf16(x[2 * v], x[2 * v + 1]);
+    st_shared16(at, raw.h);
+    __syncwarp();  // the row's normed values, seen by the lanes that turn them
+    const float pos = float(a.positions[m0 + i]);
+#pragma unroll
+    for (int j = 0; j < kMaxTurns; ++j) {
+      const int p = lane + 32 * j;
+      if (p >= half) break;
+      const uint32_t at1 = staged_at(sm.staged, i, p), at2 = staged_at(sm.staged, i, p + half);
+      float x1 = ld_shared_bf16(at1), x2 = ld_shared_bf16(at2);
+      detail::rope_turn(pos, inv_freq[j], x1, x2);
+      st_shared_bf16(at1, x1);
+      st_shared_bf16(at2, x2);
+    }
+  }
+}
+
+// The staged tile (four [128][64] boxes) to columns [n0, n0 + 256) of rows [m0, m0 + 128) of
+// `out` (rows past its end are not written); the staging tile is free once the copies read it.
+__device__ __forceinline__ void store_staged(const Smem& sm, const CUtensorMap* out, int e, int m0,
+                                             int n0) {
+  wgmma::fence_async_shared();  // the epilogue's stores, seen by the bulk copies' reads
+  epilogue_sync();
+  if (e != 0) return;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) tma_store(out, n0 + 64 * b, m0, sm.staged + uint32_t(b) * kTileBytes);
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  bar_arrive(sm.staged_empty);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_proj_kernel(const __grid_constant__ Maps maps, const ProjArgs a, int K, int group) {
+  extern __shared__ unsigned char smem_raw[];
+  const Smem sm = Smem::carve(smem_raw);
+  float inv_freq[kMaxTurns];  // the epilogue's, once for every tile
+#pragma unroll
+  for (int j = 0; j < kMaxTurns; ++j) {
+    const int p = int(threadIdx.x) % 32 + 32 * j;
+    inv_freq[j] = p < a.rot / 2 ? detail::rope_inv_freq(p, a.rot, a.theta) : 0.f;
+  }
+  run_units(
+      sm, &maps.x, (a.M + kTileM - 1) / kTileM, 2 * (a.heads_q + a.heads_kv), group, K,
+      [&](const Place& p) {
+        const Unit u(p.col_tile, a);
+        const CUtensorMap* w = u.part == Part::Part_key     ? &maps.w_k
+                               : u.part == Part::Part_value ? &maps.w_v
+                                                            : &maps.w_q;
+        const int w_tile = u.part == Part::Part_key || u.part == Part::Part_value ? u.head
+                                                                                  : p.col_tile;
+        return TileSource{p.row_tile * kTileM, w, w_tile * kPairCols + int(p.rank) * kTileN};
+      },
+      [&](int e, const Place& p, uint32_t parity) {
+        const Unit u(p.col_tile, a);
+        const int m0 = p.row_tile * kTileM;
+        bar_wait(sm.staged_full, parity);
+        if (u.normed())
+          norm_and_turn(sm, a, u.part == Part::Part_query ? a.q_norm : a.k_norm, inv_freq, e, m0);
+        const CUtensorMap* out = u.part == Part::Part_query  ? &maps.q
+                                 : u.part == Part::Part_gate ? &maps.gate
+                                 : u.part == Part::Part_key  ? &maps.k
+                                                             : &maps.v;
+        store_staged(sm, out, e, m0, u.head * kHeadDim);
+      });
+  // The outputs' last bulk stores finish before the CTA does.
+  if (epilogue_index() == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+}  // namespace
+
+bool attention_projections_supported(const void* h, const void* w_q, const void* w_k,
+                                     const void* w_v, const void* q_norm, const void* k_norm,
+                                     const void* q, const void* gate, const void* k, const void* v,
+                                     int64_t K, int head_dim, int rot_dim) {
+  for (const void* p : {h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v})
+    if (!detail::aligned16(p)) return false;
+  return head_dim == kHeadDim && K > 0 && K % 8 == 0 && rot_dim > 0 && rot_dim % 2 == 0 &&
+         rot_dim <= head_dim;
+}
+
+cudaError_t attention_projections(const bf16* h, const bf16* w_q, const bf16* w_k, const bf16* w_v,
+                                  const bf16* q_norm, const bf16* k_norm,
+                                  const int32_t* positions, bf16* q, bf16* gate, bf16* k, bf16* v,
+                                  int64_t M, int64_t K, int heads_q, int heads_kv, int head_dim,
+                                  int rot_dim, float eps, float theta, cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  // The kernel's row arithmetic is int: M plus a tile pair must fit.
+  if (!attention_projections_supported(h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v, K,
+                                       head_dim, rot_dim) ||
+      heads_q <= 0 || heads_kv <= 0 || M > INT32_MAX - kCluster * kTileM || !positions)
+    return cudaErrorInvalidValue;
+  const ProjArgs a{q_norm, k_norm, positions, int(M), heads_q, heads_kv, rot_dim, eps, theta};
+  const int64_t Cq = int64_t(heads_q) * kHeadDim, Ckv = int64_t(heads_kv) * kHeadDim;
+  Maps maps;
+  cudaError_t err = tile_map(maps.x, h, M, K);
+  if (err == cudaSuccess) err = tile_map(maps.w_q, w_q, 2 * Cq, K);
+  if (err == cudaSuccess) err = tile_map(maps.w_k, w_k, Ckv, K);
+  if (err == cudaSuccess) err = tile_map(maps.w_v, w_v, Ckv, K);
+  if (err == cudaSuccess) err = tile_map(maps.q, q, M, Cq);
+  if (err == cudaSuccess) err = tile_map(maps.gate, gate, M, Cq);
+  if (err == cudaSuccess) err = tile_map(maps.k, k, M, Ckv);
+  if (err == cudaSuccess) err = tile_map(maps.v, v, M, Ckv);
+  if (err != cudaSuccess) return err;
+  const int64_t col_tiles = 2 * (int64_t(heads_q) + heads_kv);
+  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, col_tiles);
+  return launch<attention_proj_kernel>(units, stream, maps, a, int(K),
+                                       unit_group(col_tiles * kHeadDim * K * 2));
+}
+
+}  // namespace flide::kernels
