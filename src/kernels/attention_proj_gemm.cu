@@ -32,6 +32,7 @@ constexpr int kEpilogueWarps = kEpilogueThreads / 32;
 constexpr int kRowsPerWarp = (kTileM + kEpilogueWarps - 1) / kEpilogueWarps;
 constexpr int kMaxTurns = kHeadDim / 2 / 32;  // RoPE pairs a lane turns at most
 static_assert(kHeadDim == 32 * kVec, "a warp's lanes hold one head");
+static_assert(kRowsPerWarp <= 32, "a lane holds one row's position");
 
 // The bulk copies' maps: the input, the three weights, the four outputs.
 struct Maps {
@@ -82,38 +83,75 @@ __device__ __forceinline__ void st_shared_bf16(uint32_t addr, float x) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(u) : "memory");
 }
 
-// The epilogue warps on a query or key tile staged for rows [m0, m0 + 128): each row normed with
-// weight 1 + w and its first rot values turned, in place. inv_freq[j]: pair lane + 32 j's.
+// kRows staged rows from row i on, normed with weight 1 + w in place (their chains interleaved).
+template <int kRows>
+__device__ __forceinline__ void norm_rows(uint32_t staged, int i, int d0, const float (&w)[kVec],
+                                          float eps) {
+  Raw<kVec> raw[kRows];
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) ld_shared16(staged_at(staged, i + q, d0), raw[q].h);
+  float x[kRows][kVec];
+#pragma unroll
+  for (int q = 0; q < kRows; ++q)
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) x[q][v] = detail::raw_at(raw[q], v);
+  detail::head_rmsnorm8(x, w, kHeadDim, eps);
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+#pragma unroll
+    for (int v = 0; v < kVec / 2; ++v) raw[q].h[v] = detail::pack_bf16(x[q][2 * v], x[q][2 * v + 1]);
+    st_shared16(staged_at(staged, i + q, d0), raw[q].h);
+  }
+}
+
+// kRows normed staged rows from row i on, the pair (p, p + half) of each turned in place;
+// pos_lane: lane j holds row i_begin + j's position.
+template <int kRows>
+__device__ __forceinline__ void turn_rows(uint32_t staged, int i, int i_begin, int p, int half,
+                                          float inv_freq, int pos_lane) {
+  float x1[kRows], x2[kRows];
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    x1[q] = ld_shared_bf16(staged_at(staged, i + q, p));
+    x2[q] = ld_shared_bf16(staged_at(staged, i + q, p + half));
+  }
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    const float pos = float(__shfl_sync(0xffffffffu, pos_lane, i + q - i_begin));
+    detail::rope_turn(pos, inv_freq, x1[q], x2[q]);
+  }
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    st_shared_bf16(staged_at(staged, i + q, p), x1[q]);
+    st_shared_bf16(staged_at(staged, i + q, p + half), x2[q]);
+  }
+}
+
+constexpr int kRowStep = 4;  // rows whose chains interleave
+
+// The epilogue warps on a query or key tile staged for rows [m0, m0 + 128): each of the warp's
+// rows [i_begin, i_end) normed with weight 1 + w, then its first rot values turned, in place.
+// inv_freq[j]: pair lane + 32 j's; pos_lane: as turn_rows takes it.
 __device__ __forceinline__ void norm_and_turn(const Smem& sm, const ProjArgs& a, const bf16* w,
-                                              const float (&inv_freq)[kMaxTurns], int e, int m0) {
-  const int warp = e / 32, lane = e % 32, d0 = kVec * lane, half = a.rot / 2;
+                                              const float (&inv_freq)[kMaxTurns], int lane,
+                                              int i_begin, int i_end, int pos_lane) {
   float wv[kVec];
-  detail::load8(w + d0, kVec, true, wv);
-  const int i_begin = warp * kRowsPerWarp;
-  const int i_end = min(min(kTileM, i_begin + kRowsPerWarp), a.M - m0);
-  for (int i = i_begin; i < i_end; ++i) {
-    const uint32_t at = staged_at(sm.staged, i, d0);
-    Raw<kVec> raw;
-    ld_shared16(at, raw.h);
-    float x[kVec];
+  detail::load8(w + kVec * lane, kVec, true, wv);
+  int i = i_begin;
+  for (; i + kRowStep <= i_end; i += kRowStep) norm_rows<kRowStep>(sm.staged, i, kVec * lane, wv, a.eps);
+  for (; i < i_end; ++i) norm_rows<1>(sm.staged, i, kVec * lane, wv, a.eps);
+  __syncwarp();  // the rows' normed values, seen by the lanes that turn them
+  const int half = a.rot / 2;
 #pragma unroll
-    for (int v = 0; v < kVec; ++v) x[v] = detail::raw_at(raw, v);
-    detail::head_rmsnorm8(x, wv, kHeadDim, a.eps);
-#pragma unroll
-    for (int v = 0; v < kVec / 2; ++v) raw.h[v] = detail::pack_bf16(x[2 * v], x[2 * v + 1]);
-    st_shared16(at, raw.h);
-    __syncwarp();  // the row's normed values, seen by the lanes that turn them
-    const float pos = float(a.positions[m0 + i]);
-#pragma unroll
-    for (int j = 0; j < kMaxTurns; ++j) {
-      const int p = lane + 32 * j;
-      if (p >= half) break;
-      const uint32_t at1 = staged_at(sm.staged, i, p), at2 = staged_at(sm.staged, i, p + half);
-      float x1 = ld_shared_bf16(at1), x2 = ld_shared_bf16(at2);
-      detail::rope_turn(pos, inv_freq[j], x1, x2);
-      st_shared_bf16(at1, x1);
-      st_shared_bf16(at2, x2);
-    }
+  for (int j = 0; j < kMaxTurns; ++j) {
+    const int p = lane + 32 * j;
+    if (j * 32 >= half) break;  // warp-uniform: the shuffles need every lane
+    const bool turns = p < half;
+    i = i_begin;
+    for (; i + kRowStep <= i_end; i += kRowStep)
+      if (turns) turn_rows<kRowStep>(sm.staged, i, i_begin, p, half, inv_freq[j], pos_lane);
+    for (; i < i_end; ++i)
+      if (turns) turn_rows<1>(sm.staged, i, i_begin, p, half, inv_freq[j], pos_lane);
   }
 }
 
@@ -154,10 +192,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       },
       [&](int e, const Place& p, uint32_t parity) {
         const Unit u(p.col_tile, a);
-        const int m0 = p.row_tile * kTileM;
+        const int m0 = p.row_tile * kTileM, warp = e / 32, lane = e % 32;
+        const int i_begin = warp * kRowsPerWarp;
+        const int i_end = min(min(kTileM, i_begin + kRowsPerWarp), a.M - m0);
+        // The rows' positions load beside the products: one row's load in its chain held it.
+        const int pos_lane =
+            u.normed() && i_begin + lane < i_end ? a.positions[m0 + i_begin + lane] : 0;
         bar_wait(sm.staged_full, parity);
         if (u.normed())
-          norm_and_turn(sm, a, u.part == Part::Part_query ? a.q_norm : a.k_norm, inv_freq, e, m0);
+          norm_and_turn(sm, a, u.part == Part::Part_query ? a.q_norm : a.k_norm, inv_freq, lane,
+                        i_begin, i_end, pos_lane);
         const CUtensorMap* out = u.part == Part::Part_query  ? &maps.q
                                  : u.part == Part::Part_gate ? &maps.gate
                                  : u.part == Part::Part_key  ? &maps.k
