@@ -99,16 +99,23 @@ __device__ __forceinline__ void norm_rows(uint32_t staged, int i, int d0, const 
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
 #pragma unroll
-    for (int v = 0; v < kVec / 2; ++v) raw[q].h[v] = detail::pack_bf16(x[q][2 * v], x[q][2 * v + 1]);
+    for (int v = 0; v < kVec / 2; ++v)
+      raw[q].h[v] = detail::pack_bf16(x[q][2 * v], x[q][2 * v + 1]);
     st_shared16(staged_at(staged, i + q, d0), raw[q].h);
   }
 }
 
-// kRows normed staged rows from row i on, the pair (p, p + half) of each turned in place;
-// pos_lane: lane j holds row i_begin + j's position.
+// kRows normed staged rows from row i on, the pair (p, p + half) of each turned in place where
+// the lane turns one; pos_lane: lane j holds row i_begin + j's position. Every lane calls it (the
+// positions' shuffles).
 template <int kRows>
 __device__ __forceinline__ void turn_rows(uint32_t staged, int i, int i_begin, int p, int half,
-                                          float inv_freq, int pos_lane) {
+                                          bool turns, float inv_freq, int pos_lane) {
+  float pos[kRows];
+#pragma unroll
+  for (int q = 0; q < kRows; ++q)
+    pos[q] = float(__shfl_sync(0xffffffffu, pos_lane, i + q - i_begin));
+  if (!turns) return;
   float x1[kRows], x2[kRows];
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
@@ -116,10 +123,7 @@ __device__ __forceinline__ void turn_rows(uint32_t staged, int i, int i_begin, i
     x2[q] = ld_shared_bf16(staged_at(staged, i + q, p + half));
   }
 #pragma unroll
-  for (int q = 0; q < kRows; ++q) {
-    const float pos = float(__shfl_sync(0xffffffffu, pos_lane, i + q - i_begin));
-    detail::rope_turn(pos, inv_freq, x1[q], x2[q]);
-  }
+  for (int q = 0; q < kRows; ++q) detail::rope_turn(pos[q], inv_freq, x1[q], x2[q]);
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
     st_shared_bf16(staged_at(staged, i + q, p), x1[q]);
@@ -138,7 +142,8 @@ __device__ __forceinline__ void norm_and_turn(const Smem& sm, const ProjArgs& a,
   float wv[kVec];
   detail::load8(w + kVec * lane, kVec, true, wv);
   int i = i_begin;
-  for (; i + kRowStep <= i_end; i += kRowStep) norm_rows<kRowStep>(sm.staged, i, kVec * lane, wv, a.eps);
+  for (; i + kRowStep <= i_end; i += kRowStep)
+    norm_rows<kRowStep>(sm.staged, i, kVec * lane, wv, a.eps);
   for (; i < i_end; ++i) norm_rows<1>(sm.staged, i, kVec * lane, wv, a.eps);
   __syncwarp();  // the rows' normed values, seen by the lanes that turn them
   const int half = a.rot / 2;
@@ -149,9 +154,9 @@ __device__ __forceinline__ void norm_and_turn(const Smem& sm, const ProjArgs& a,
     const bool turns = p < half;
     i = i_begin;
     for (; i + kRowStep <= i_end; i += kRowStep)
-      if (turns) turn_rows<kRowStep>(sm.staged, i, i_begin, p, half, inv_freq[j], pos_lane);
+      turn_rows<kRowStep>(sm.staged, i, i_begin, p, half, turns, inv_freq[j], pos_lane);
     for (; i < i_end; ++i)
-      if (turns) turn_rows<1>(sm.staged, i, i_begin, p, half, inv_freq[j], pos_lane);
+      turn_rows<1>(sm.staged, i, i_begin, p, half, turns, inv_freq[j], pos_lane);
   }
 }
 
@@ -186,8 +191,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const CUtensorMap* w = u.part == Part::Part_key     ? &maps.w_k
                                : u.part == Part::Part_value ? &maps.w_v
                                                             : &maps.w_q;
-        const int w_tile = u.part == Part::Part_key || u.part == Part::Part_value ? u.head
-                                                                                  : p.col_tile;
+        const int w_tile =
+            u.part == Part::Part_key || u.part == Part::Part_value ? u.head : p.col_tile;
         return TileSource{p.row_tile * kTileM, w, w_tile * kPairCols + int(p.rank) * kTileN};
       },
       [&](int e, const Place& p, uint32_t parity) {
@@ -225,14 +230,14 @@ bool attention_projections_supported(const void* h, const void* w_q, const void*
 }
 
 cudaError_t attention_projections(const bf16* h, const bf16* w_q, const bf16* w_k, const bf16* w_v,
-                                  const bf16* q_norm, const bf16* k_norm,
-                                  const int32_t* positions, bf16* q, bf16* gate, bf16* k, bf16* v,
-                                  int64_t M, int64_t K, int heads_q, int heads_kv, int head_dim,
-                                  int rot_dim, float eps, float theta, cudaStream_t stream) {
+                                  const bf16* q_norm, const bf16* k_norm, const int32_t* positions,
+                                  bf16* q, bf16* gate, bf16* k, bf16* v, int64_t M, int64_t K,
+                                  int heads_q, int heads_kv, int head_dim, int rot_dim, float eps,
+                                  float theta, cudaStream_t stream) {
   if (M == 0) return cudaSuccess;
   // The kernel's row arithmetic is int: M plus a tile pair must fit.
-  if (!attention_projections_supported(h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v, K,
-                                       head_dim, rot_dim) ||
+  if (!attention_projections_supported(h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v, K, head_dim,
+                                       rot_dim) ||
       heads_q <= 0 || heads_kv <= 0 || M > INT32_MAX - kCluster * kTileM || !positions)
     return cudaErrorInvalidValue;
   const ProjArgs a{q_norm, k_norm, positions, int(M), heads_q, heads_kv, rot_dim, eps, theta};
