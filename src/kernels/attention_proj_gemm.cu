@@ -49,21 +49,25 @@ struct ProjArgs {
 
 enum class Part : uint8_t { Part_query, Part_gate, Part_key, Part_value };
 
-// Which part and head a column tile is: w_q's heads as query and gate in turn, then the keys,
-// then the values.
+// Which part and head a column tile is: the query heads, the key heads, the gates, the value
+// heads. The normed parts come first so that a CTA's units take turns between them and the copied
+// ones: a cluster walks column tiles a grid's worth of clusters apart, and by an even stride
+// query and gate heads in turn would give one CTA every query, another every gate.
 struct Unit {
   Part part;
   int head;
   __device__ Unit(int col_tile, const ProjArgs& a) {
-    const int kv = col_tile - 2 * a.heads_q;
-    if (kv < 0)
-      part = col_tile % 2 ? Part::Part_gate : Part::Part_query, head = col_tile / 2;
-    else if (kv < a.heads_kv)
-      part = Part::Part_key, head = kv;
+    const int normed = a.heads_q + a.heads_kv, c = col_tile < normed ? col_tile : col_tile - normed;
+    if (c < a.heads_q)
+      part = col_tile < normed ? Part::Part_query : Part::Part_gate, head = c;
     else
-      part = Part::Part_value, head = kv - a.heads_kv;
+      part = col_tile < normed ? Part::Part_key : Part::Part_value, head = c - a.heads_q;
   }
   __device__ bool normed() const { return part == Part::Part_query || part == Part::Part_key; }
+  // The unit's 256 rows of its weight: w_q holds per head [query | gate].
+  __device__ int weight_tile() const {
+    return part == Part::Part_query ? 2 * head : part == Part::Part_gate ? 2 * head + 1 : head;
+  }
 };
 
 // Shared-memory address of value d of staged row i: values [0, 128) are product 0, the rest
@@ -191,9 +195,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const CUtensorMap* w = u.part == Part::Part_key     ? &maps.w_k
                                : u.part == Part::Part_value ? &maps.w_v
                                                             : &maps.w_q;
-        const int w_tile =
-            u.part == Part::Part_key || u.part == Part::Part_value ? u.head : p.col_tile;
-        return TileSource{p.row_tile * kTileM, w, w_tile * kPairCols + int(p.rank) * kTileN};
+        return TileSource{p.row_tile * kTileM, w,
+                          u.weight_tile() * kPairCols + int(p.rank) * kTileN};
       },
       [&](int e, const Place& p, uint32_t parity) {
         const Unit u(p.col_tile, a);
