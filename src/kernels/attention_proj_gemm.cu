@@ -5,17 +5,19 @@
 //
 // Why: unfused, the query side reads the product's query halves back and writes them again
 // (attention_prep: ~100 us a layer of a QuALITY round of 4 on the 0.8B model, 2 TB/s with its
-// occupancy held down by its registers), the keys likewise in place (~30 us), and k and v are two
-// products of their own. Here the heads are normed and turned while they sit in shared memory,
-// beside the next tile's products, and leave once.
+// occupancy held down by its registers), the keys likewise in place (~35 us), and k and v are two
+// products of 512 columns. Here the heads are normed and turned while they sit in shared memory,
+// beside the next tile's products, and leave once: 419 us a layer where the unfused steps took
+// ~520 (bench/results/2026-12-02-attention-projections.md).
 //
 // Tiles: a unit's 256 columns (tma_gemm.cuh: two weight tiles of 128) are one head of head_dim
 // 256, one of four parts: the query of head h (rows [2h, 2h + 1) x 256 of w_q, normed and turned
 // into q), its gate (the next 256 rows, copied into gate), a key head (normed and turned into k) or
-// a value head (copied into v). On a query or key tile the epilogue's seven warps each walk a
-// seventh of the 128 rows, a warp's 32 lanes holding a row's 256 values, 8 each (attention_prep's
-// layout); the normed values go back into the staged tile, where lane i turns the pair (i, i +
-// rot / 2). Every tile then leaves as four bulk tensor stores.
+// a value head (copied into v); the normed parts' tiles come first (Unit). On a query or key tile
+// the epilogue's seven warps each walk a seventh of the 128 rows, a warp's 32 lanes holding a
+// row's 256 values, 8 each (attention_prep's layout), four rows at a time; the normed values go
+// back into the staged tile, where lane i turns the pair (i, i + rot / 2) of each row. Every tile
+// then leaves as four bulk tensor stores.
 #include "kernels/dense.h"
 #include "kernels/rope_norm.cuh"
 #include "kernels/tma_gemm.cuh"
