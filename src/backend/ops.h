@@ -159,8 +159,8 @@ class Ops {
   // out = attention(q, k, v) * sigmoid(gate), gate [R, heads_q * hd]. By default attention then
   // sigmoid_mul; a backend may fuse them (CUDA: the gate applied in the attention's store),
   // rounding as these steps do.
-  virtual void attention_gated(View q, View gate, View k, View v, View out, Rows which,
-                               int heads_q, int heads_kv, int head_dim, double scale) {
+  virtual void attention_gated(View q, View gate, View k, View v, View out, Rows which, int heads_q,
+                               int heads_kv, int head_dim, double scale) {
     attention(q, k, v, out, which, heads_q, heads_kv, head_dim, scale);
     sigmoid_mul(out, gate);
   }
@@ -181,10 +181,9 @@ class Ops {
   // hd] as attention_key makes it from h . w_k^T (norm k_norm), v = h . w_v^T. By default the
   // three matmuls and those two ops (qg in scratch); a backend may fuse them (CUDA: one GEMM whose
   // epilogue norms and turns the query and key heads), rounding as these steps do.
-  virtual void attention_projections(View h, View w_q, View w_k, View w_v, View q_norm,
-                                     View k_norm, View q, View gate, View k, View v, int heads_q,
-                                     int heads_kv, int head_dim, int rot_dim, double theta,
-                                     double eps) {
+  virtual void attention_projections(View h, View w_q, View w_k, View w_v, View q_norm, View k_norm,
+                                     View q, View gate, View k, View v, int heads_q, int heads_kv,
+                                     int head_dim, int rot_dim, double theta, double eps) {
     View qg = scratch(h.rows, w_q.rows);
     matmul(h, w_q, qg);
     matmul(h, w_k, k);

@@ -64,10 +64,10 @@ bool attention_projections_supported(const void* h, const void* w_q, const void*
                                      const void* q, const void* gate, const void* k, const void* v,
                                      int64_t K, int head_dim, int rot_dim);
 cudaError_t attention_projections(const bf16* h, const bf16* w_q, const bf16* w_k, const bf16* w_v,
-                                  const bf16* q_norm, const bf16* k_norm,
-                                  const int32_t* positions, bf16* q, bf16* gate, bf16* k, bf16* v,
-                                  int64_t M, int64_t K, int heads_q, int heads_kv, int head_dim,
-                                  int rot_dim, float eps, float theta, cudaStream_t stream);
+                                  const bf16* q_norm, const bf16* k_norm, const int32_t* positions,
+                                  bf16* q, bf16* gate, bf16* k, bf16* v, int64_t M, int64_t K,
+                                  int heads_q, int heads_kv, int head_dim, int rot_dim, float eps,
+                                  float theta, cudaStream_t stream);
 // g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); ab [T, 2 Hv] bf16
 // holds a | b side by side; g, beta [T, Hv]; A_log, dt_bias [Hv] bf16.
 cudaError_t gdn_gates(const bf16* ab, const bf16* A_log, const bf16* dt_bias, float* g, float* beta,

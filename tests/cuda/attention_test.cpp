@@ -193,8 +193,8 @@ struct ProjShape {
   int64_t K;
 };
 void PrintTo(const ProjShape& s, std::ostream* os) {
-  *os << s.nodes.size() << " nodes, heads " << s.heads << "/" << s.heads_kv << " hd "
-      << s.head_dim << " rot " << s.rot_dim << " K " << s.K;
+  *os << s.nodes.size() << " nodes, heads " << s.heads << "/" << s.heads_kv << " hd " << s.head_dim
+      << " rot " << s.rot_dim << " K " << s.K;
 }
 
 class CudaAttentionProjections : public CudaTestWithParam<ProjShape> {};
@@ -227,8 +227,8 @@ TEST_P(CudaAttentionProjections, MatchesReferenceAndFiveSteps) {
       gate.gpu.data, k.gpu.data, v.gpu.data, K, hd, rot);
   EXPECT_EQ(fused, hd == 256 && K % 8 == 0);
   const auto ran = ops_run(gpu, [&] {
-    gpu.attention_projections(h.gpu, wq.gpu, wk.gpu, wv.gpu, qn.gpu, kn.gpu, q.gpu, gate.gpu,
-                              k.gpu, v.gpu, hq, hkv, hd, rot, theta, eps);
+    gpu.attention_projections(h.gpu, wq.gpu, wk.gpu, wv.gpu, qn.gpu, kn.gpu, q.gpu, gate.gpu, k.gpu,
+                              v.gpu, hq, hkv, hd, rot, theta, eps);
   });
   const std::set<std::string> expected =
       fused ? std::set<std::string>{"attention_projections"}

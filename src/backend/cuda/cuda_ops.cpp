@@ -230,8 +230,7 @@ void CudaOps::run_attention(const char* name, View q, const View* gate, View k, 
            : kernels::AttentionGate{};
   if (R == 0) return;
   const bool all = which == Rows::Rows_all;
-  if (!op_begin({q, k, v, out, gate ? *gate : View{}}, {int64_t(which), heads_q, heads_kv}))
-    return;
+  if (!op_begin({q, k, v, out, gate ? *gate : View{}}, {int64_t(which), heads_q, heads_kv})) return;
   launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                    all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
                                    heads_q, heads_kv, head_dim, float(scale), stream_, g),
@@ -289,9 +288,8 @@ void CudaOps::attention_projections(View h, View w_q, View w_k, View w_v, View q
               "cuda attention_projections: h [", T, ", ", K, "] w_q [", w_q.rows, ", ", w_q.cols,
               "] w_k [", w_k.rows, ", ", w_k.cols, "] w_v [", w_v.rows, ", ", w_v.cols, "] q [",
               q.rows, ", ", q.cols, "] gate [", gate.rows, ", ", gate.cols, "] k [", k.rows, ", ",
-              k.cols, "] v [", v.rows, ", ", v.cols, "] norms ", q_norm.size(), ", ",
-              k_norm.size(), " heads ", heads_q, "/", heads_kv, " hd ", hd, " tokens ",
-              meta_.n_tokens);
+              k.cols, "] v [", v.rows, ", ", v.cols, "] norms ", q_norm.size(), ", ", k_norm.size(),
+              " heads ", heads_q, "/", heads_kv, " hd ", hd, " tokens ", meta_.n_tokens);
   for (const View* out : {&q, &gate, &k, &v})
     FLIDE_CHECK(!overlaps(*out, h), "cuda attention_projections: an output shares memory with h");
   const char* name = "attention_projections";

@@ -109,9 +109,9 @@ class CudaOps final : public Ops {
   void gated_attention(View qg, View q_norm, View k, View v, View out, Rows which, int heads_q,
                        int heads_kv, int head_dim, int rot_dim, double theta, double eps,
                        double scale) override;
-  void attention_projections(View h, View w_q, View w_k, View w_v, View q_norm, View k_norm,
-                             View q, View gate, View k, View v, int heads_q, int heads_kv,
-                             int head_dim, int rot_dim, double theta, double eps) override;
+  void attention_projections(View h, View w_q, View w_k, View w_v, View q_norm, View k_norm, View q,
+                             View gate, View k, View v, int heads_q, int heads_kv, int head_dim,
+                             int rot_dim, double theta, double eps) override;
 
   void gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v, int dim_k,
                     double eps, int n_levels) override;
