@@ -385,8 +385,8 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
            heads_kv,
            group,
            n_chunks,
-           scale * kLog2e};
-  p.gate = gate;
+           scale * kLog2e,
+           gate};
   const unsigned g = unsigned(grid);
   switch (head_dim) {
     case 16:

@@ -86,10 +86,9 @@ __global__ void __launch_bounds__(32 * kWarps, 3) attention_prep_kernel(const Pr
       int64_t r;
       int h;
       if (!task(b, r, h)) continue;
+      const detail::Raw<8> raw[1] = {xs[b]};
       float xr[1][8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) xr[0][k] = detail::raw_at(xs[b], k);
-      detail::head_rmsnorm8(xr, wv, a.hd, a.eps);
+      detail::head_rmsnorm8(raw, wv, a.hd, a.eps, xr);
       float(&x)[8] = xr[0];
       // Only the rotated dims are read back: a whole chunk as two 16-byte stores (a lane's 32
       // bytes are its own, no bank conflicts), a partial one element by element.

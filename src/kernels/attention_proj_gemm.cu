@@ -97,11 +97,7 @@ __device__ __forceinline__ void norm_rows(uint32_t staged, int i, int d0, const 
 #pragma unroll
   for (int q = 0; q < kRows; ++q) ld_shared16(staged_at(staged, i + q, d0), raw[q].h);
   float x[kRows][kVec];
-#pragma unroll
-  for (int q = 0; q < kRows; ++q)
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) x[q][v] = detail::raw_at(raw[q], v);
-  detail::head_rmsnorm8(x, w, kHeadDim, eps);
+  detail::head_rmsnorm8(raw, w, kHeadDim, eps, x);
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
 #pragma unroll
@@ -166,20 +162,6 @@ __device__ __forceinline__ void norm_and_turn(const Smem& sm, const ProjArgs& a,
   }
 }
 
-// The staged tile (four [128][64] boxes) to columns [n0, n0 + 256) of rows [m0, m0 + 128) of
-// `out` (rows past its end are not written); the staging tile is free once the copies read it.
-__device__ __forceinline__ void store_staged(const Smem& sm, const CUtensorMap* out, int e, int m0,
-                                             int n0) {
-  wgmma::fence_async_shared();  // the epilogue's stores, seen by the bulk copies' reads
-  epilogue_sync();
-  if (e != 0) return;
-#pragma unroll
-  for (int b = 0; b < 4; ++b) tma_store(out, n0 + 64 * b, m0, sm.staged + uint32_t(b) * kTileBytes);
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-  bar_arrive(sm.staged_empty);
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     attention_proj_kernel(const __grid_constant__ Maps maps, const ProjArgs a, int K, int group) {
   extern __shared__ unsigned char smem_raw[];
@@ -216,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  : u.part == Part::Part_gate ? &maps.gate
                                  : u.part == Part::Part_key  ? &maps.k
                                                              : &maps.v;
-        store_staged(sm, out, e, m0, u.head * kHeadDim);
+        sm.send_staged(out, e, m0, u.head * kHeadDim, 4);  // the head's 256 columns
       });
   // The outputs' last bulk stores finish before the CTA does.
   if (epilogue_index() == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");

@@ -25,31 +25,20 @@ __device__ __forceinline__ float rope_inv_freq(int i, int rot_dim, float theta) 
   return __fdiv_rn(1.f, float(pow(double(theta), double(e))));
 }
 
-// The lane's chunks x[q] of kRows heads of head_dim values each (the warp's 32 lanes hold whole
-// heads; lanes past one hold zeros), normed in place and rounded to bf16: each head's squares
-// summed in fp32 in the lane's order, then by the butterfly, the rows' shuffles interleaved (one
-// row's butterfly alone leaves the warp waiting on each step). w: the norm weight's chunk.
+// The lane's chunks raw[q] of kRows heads of head_dim values each (the warp's 32 lanes hold whole
+// heads; lanes past one hold zeros), normed into x[q] and rounded to bf16: each head's squares
+// summed by group_sum_sq_rows (the lane's order, then the butterfly). w: the norm weight's chunk.
 template <int kRows>
-__device__ __forceinline__ void head_rmsnorm8(float (&x)[kRows][8], const float (&w)[8],
-                                              int head_dim, float eps) {
+__device__ __forceinline__ void head_rmsnorm8(const Raw<8> (&raw)[kRows], const float (&w)[8],
+                                              int head_dim, float eps, float (&x)[kRows][8]) {
   float sum_sq[kRows];
-#pragma unroll
-  for (int q = 0; q < kRows; ++q) {
-    sum_sq[q] = 0.f;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) sum_sq[q] = fmaf(x[q][k], x[q][k], sum_sq[q]);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) {
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) sum_sq[q] += __shfl_xor_sync(0xffffffffu, sum_sq[q], off);
-  }
+  group_sum_sq_rows(raw, 32, sum_sq);
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
     const float s = rms_scale(sum_sq[q], head_dim, eps);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      x[q][k] = __bfloat162float(__float2bfloat16_rn(x[q][k] * s * (1.f + w[k])));
+      x[q][k] = __bfloat162float(__float2bfloat16_rn(raw_at(raw[q], k) * s * (1.f + w[k])));
   }
 }
 

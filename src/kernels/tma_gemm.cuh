@@ -213,6 +213,21 @@ struct Smem {
     epilogue_sync();
     if (e == 0) bar_arrive(staged_empty);
   }
+  // Epilogue thread e, done writing the staging tile's first `boxes` [128][64] boxes: they leave
+  // for columns n0, n0 + 64, ... of rows [m0, m0 + 128) of `out` (rows past its end are not
+  // written), and the tile is free once the bulk copies have read it.
+  __device__ __forceinline__ void send_staged(const CUtensorMap* out, int e, int m0, int n0,
+                                              int boxes) const {
+    wgmma::fence_async_shared();  // the epilogue's stores, seen by the bulk copies' reads
+    epilogue_sync();
+    if (e != 0) return;
+#pragma unroll
+    for (int b = 0; b < boxes; ++b)
+      tma_store(out, n0 + 64 * b, m0, staged + uint32_t(b) * kTileBytes);
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    bar_arrive(staged_empty);
+  }
 };
 
 // What the copier copies for one tile: x rows [x_row, x_row + 128) and this CTA's weight tile,
