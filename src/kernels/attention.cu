@@ -44,6 +44,15 @@
 // of its tile, on other requests, or on stream offsets (up to fp32 denormals flushed by a x1
 // rescale, --use_fast_math). They do depend on kN, kWarps and the head-dim instantiation.
 //
+// Split keys (AttentionSplit; hd 256 only, for the out rows: the last layer's one row a
+// question). A tile's keys otherwise sit on one CTA a (tile, kv head): a QuALITY round of 4 ran
+// its 72 read rows' 5,000-key trunks and 18 own nodes each on 8 CTAs, 271 us with the query pass
+// (120 us split; bench/results/2026-12-02-readout-split-narrow-gates.md). Split, each of
+// dense + own CTAs walks a fixed share (the dense blocks in contiguous ranges, the own nodes
+// round-robin) and attention_combine.cu merges the shares in split order. A row's bits then
+// depend on its own path and the fixed counts only, as above: a fully masked block leaves a
+// share's state as it was, and a share with none of a row's keys adds exactly nothing.
+//
 // Plan blob (int32 words, host-built, copied to the device verbatim):
 //   header [kHeaderWords]:  magic, n_tiles, n_rows (R), rows_word (word offset of the rows)
 //   tiles  [n_tiles][kTileWords]: row_begin (index into rows), n_rows (1..kTileRows),
@@ -119,8 +128,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_attention_kernel(co
   int* table = reinterpret_cast<int*>(sKV + 2 * S::kStageElems);
   const RowTable rows = RowTable::carve(table);
 
-  int kvh = 0, parent = -1;
-  if (!load_row_table(p, rows, kvh, parent)) return;
+  int kvh = 0, parent = -1, split = 0;  // no split here: tree_attention allows it for hd 256 only
+  if (!load_row_table(p, rows, kvh, parent, split)) return;
   const int tid = int(threadIdx.x);
   if constexpr (S::kPadded != HD) {  // zero the padded columns of Q and both K/V stages once
     constexpr int kPadCols = S::kPadded - HD;
@@ -206,6 +215,10 @@ cudaError_t launch(const Params& p, unsigned grid, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int64_t attention_split_floats(int64_t R, int heads_q, int head_dim, const AttentionSplit& split) {
+  return int64_t(split.dense + split.own) * std::max<int64_t>(R, 0) * heads_q * (head_dim + 2);
+}
 
 int64_t attention_max_tiles(int64_t R, int32_t n_nodes) {
   // Tiles per group <= rows / kTileRows + 1, and groups <= n_nodes (a root's own group maps to
@@ -350,7 +363,7 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
                            int heads_kv, int head_dim, float scale, cudaStream_t stream,
-                           const AttentionGate& gate) {
+                           const AttentionGate& gate, const AttentionSplit& split) {
   (void)q_rows;  // the plan carries each row's stream row
   if (R == 0) return cudaSuccess;
   if (R < 0 || n_tiles <= 0 || heads_kv <= 0 || heads_q <= 0 || heads_q % heads_kv != 0 ||
@@ -368,9 +381,14 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
           16 !=
       0)
     return cudaErrorMisalignedAddress;
+  const bool splits = split.dense != 0 || split.own != 0;
+  if (splits &&
+      (head_dim != 256 || split.dense < 1 || split.own < 1 || !split.partial || R > INT32_MAX))
+    return cudaErrorInvalidValue;
   const int group = heads_q / heads_kv;
   const int n_chunks = (kTileRows * group + kM - 1) / kM;
-  const int64_t grid = int64_t(n_tiles) * heads_kv * n_chunks;
+  const int64_t grid =
+      int64_t(n_tiles) * heads_kv * n_chunks * (splits ? split.dense + split.own : 1);
   if (grid > INT32_MAX) return cudaErrorInvalidValue;
   Params p{q,
            k,
@@ -387,6 +405,7 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
            n_chunks,
            scale * kLog2e,
            gate};
+  const SplitParams sp{split.partial, int(R), split.dense, split.own};
   const unsigned g = unsigned(grid);
   switch (head_dim) {
     case 16:
@@ -399,8 +418,10 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
       return launch<64>(p, g, stream);
     case 128:
       return launch<128>(p, g, stream);
-    case 256:
-      return launch_wgmma_hd256(p, meta.n_tokens, g, stream);
+    case 256: {
+      const cudaError_t err = launch_wgmma_hd256(p, sp, meta.n_tokens, g, stream);
+      return err == cudaSuccess && splits ? launch_combine(p, sp, head_dim, stream) : err;
+    }
     default:
       return cudaErrorInvalidValue;
   }

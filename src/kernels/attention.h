@@ -39,6 +39,21 @@ struct AttentionGate {
   int64_t head_stride = 0;
 };
 
+// The keys of each (tile, kv head) split over CTAs, for few query rows over long paths (the last
+// layer's readout rows, one a question: unsplit, a tile's 72 packed rows walk its trunk's 63 key
+// blocks and its 18 own nodes on one CTA). Dense CTA s < dense walks the s-th of `dense`
+// contiguous shares of the ancestors' key blocks, own CTA j < own the own nodes j, j + own, ... of
+// the tile's rows (in offset order); each leaves its rows' unnormalized O, running max and sum in
+// `partial`, and a second kernel merges the dense + own parts of a row in that order. A row's own
+// nodes are its own node alone, and the blocks a CTA walks for other rows leave its state exactly
+// as it was, so a row's result still depends only on its own path (and on dense and own, which the
+// caller fixes). partial: attention_split_floats(R, heads_q, head_dim, split) floats.
+struct AttentionSplit {
+  float* partial = nullptr;
+  int dense = 0, own = 0;  // both 0: no split
+};
+int64_t attention_split_floats(int64_t R, int heads_q, int head_dim, const AttentionSplit& split);
+
 // Upper bound of a plan's tile count, and of its size, for R query rows over a tree of n_nodes
 // nodes.
 int64_t attention_max_tiles(int64_t R, int32_t n_nodes);
@@ -61,11 +76,11 @@ size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t
 // attention_max_tiles(R, n_nodes) for a fixed launch shape under graph capture): CTAs past the
 // plan's count return at once. A row's result depends only on its own path (see attention.cu).
 // gate (optional): the output is then attention * sigmoid(gate), rounded as sigmoid_mul would
-// round it.
+// round it. split (optional, head_dim 256 only): the keys split over CTAs (AttentionSplit).
 cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
                            int heads_kv, int head_dim, float scale, cudaStream_t stream,
-                           const AttentionGate& gate = {});
+                           const AttentionGate& gate = {}, const AttentionSplit& split = {});
 
 }  // namespace flide::kernels

@@ -52,6 +52,16 @@ struct Params {
   AttentionGate gate;
 };
 
+// A split's launch parameters (AttentionSplit; n_dense + n_own CTAs a (tile, kv head, chunk),
+// innermost in the grid): each CTA's rows leave records of hd + 2 floats (O, max, sum) in
+// partial, record (split, r, query head) at ((split * R + r) * heads_q + head) * (hd + 2). Apart
+// from Params, so that the unsplit kernels' parameters stay as they were.
+struct SplitParams {
+  float* partial = nullptr;
+  int R = 0;
+  int n_dense = 0, n_own = 0;
+};
+
 using detail::cp_async16;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
@@ -134,11 +144,14 @@ struct RowTable {
   }
 };
 
-// Decodes the CTA's (tile, kv head, chunk of packed rows) and fills `rows`; false (for the whole
-// CTA) when the CTA has nothing to do. The caller synchronises before reading the table.
+// Decodes the CTA's (tile, kv head, chunk of packed rows, split) and fills `rows`; false (for the
+// whole CTA) when the CTA has nothing to do. The caller synchronises before reading the table.
+// n_splits: the grid's splits a (tile, kv head, chunk), innermost (1: none; split is then 0).
 __device__ __forceinline__ bool load_row_table(const Params& p, const RowTable& rows, int& kvh,
-                                               int& parent) {
+                                               int& parent, int& split, int n_splits = 1) {
   int b = int(blockIdx.x);
+  split = b % n_splits;
+  b /= n_splits;
   const int chunk = b % p.n_chunks;
   b /= p.n_chunks;
   kvh = b % p.heads_kv;
@@ -202,6 +215,51 @@ __device__ __forceinline__ void load_kv_rows(const Params& p, int kvh, const Key
     cp_async16(to, p.k + off, ok ? 16 : 0);
     cp_async16(to + v_bytes, p.v + off, ok ? 16 : 0);
   }
+}
+
+// Which blocks of the walk are the CTA's under a split (AttentionSplit): a dense CTA's share of the
+// dense blocks, [d_begin, d_end), or an own CTA's own nodes; every block without a split.
+struct SplitWalk {
+  int split = 0, n_dense = 0, n_own = 0;
+  int d_begin = 0, d_end = INT_MAX;
+  int dense_seen = 0, own_node = -1, own_lo = INT_MIN;
+};
+
+// CTA `split`'s SplitWalk for a walk in blocks of kBlockN keys (the dense blocks counted over the
+// path root..parent, range by range, as next_block cuts them).
+template <int kBlockN>
+__device__ __forceinline__ SplitWalk split_walk(const Params& p, const SplitParams& sp, int parent,
+                                                int split) {
+  SplitWalk w;
+  w.split = split, w.n_dense = sp.n_dense, w.n_own = sp.n_own;
+  if (split < sp.n_dense) {
+    int blocks = 0;
+    if (parent >= 0)
+      for (int i = p.path_begin[parent]; i < p.path_begin[parent + 1]; ++i)
+        blocks += (p.node_length[p.path_nodes[i]] + kBlockN - 1) / kBlockN;
+    w.d_begin = int(int64_t(split) * blocks / sp.n_dense);
+    w.d_end = int(int64_t(split + 1) * blocks / sp.n_dense);
+  }
+  return w;
+}
+
+// next_block over the CTA's blocks only (SplitWalk).
+template <int kBlockN>
+__device__ __forceinline__ bool next_split_block(Cursor& c, const Params& p, const int* s_lo,
+                                                 const int* s_hi, SplitWalk& w, KeyBlock& b) {
+  if (w.n_dense + w.n_own == 0) return next_block<kBlockN>(c, p, s_lo, s_hi, b);
+  while (next_block<kBlockN>(c, p, s_lo, s_hi, b)) {
+    if (w.split < w.n_dense) {  // the dense blocks come first: past the share, nothing is left
+      if (b.own) return false;
+      const int d = w.dense_seen++;
+      if (d >= w.d_end) return false;
+      if (d >= w.d_begin) return true;
+    } else if (b.own) {
+      if (c.own_lo != w.own_lo) w.own_lo = c.own_lo, ++w.own_node;
+      if (w.own_node % w.n_own == w.split - w.n_dense) return true;
+    }
+  }
+  return false;
 }
 
 // A thread's two fragment rows (row0 = 16 warp + lane / 4, row1 = row0 + 8) and their online
@@ -344,9 +402,41 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
   }
 }
 
+// A split CTA's rows (SplitParams::partial): O unnormalized (columns 8 dn + 2 t, + 1 of each
+// n-tile below HD), the running max and the sum (its quad's shares added) into the row's record.
+template <int HD, int kDimTiles>
+__device__ __forceinline__ void store_partial(const float (&o)[kDimTiles][4], RowPair rp,
+                                              const RowTable& rows, const Params& p,
+                                              const SplitParams& sp, int quad_t, int split) {
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    rp.l0 += __shfl_xor_sync(0xffffffffu, rp.l0, off);
+    rp.l1 += __shfl_xor_sync(0xffffffffu, rp.l1, off);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = h ? rp.row1 : rp.row0, r = rows.r[row];
+    if (r < 0) continue;
+    float* rec = sp.partial + ((int64_t(split) * sp.R + r) * p.heads_q + rows.qh[row]) * (HD + 2);
+#pragma unroll
+    for (int dn = 0; dn < kDimTiles; ++dn)
+      if (dn * 8 < HD)
+        *reinterpret_cast<float2*>(rec + dn * 8 + 2 * quad_t) =
+            make_float2(o[dn][2 * h], o[dn][2 * h + 1]);
+    if (quad_t == 0) {
+      rec[HD] = h ? rp.m1 : rp.m0;
+      rec[HD + 1] = h ? rp.l1 : rp.l0;
+    }
+  }
+}
+
 // The hd 256 kernel (attention_wgmma.cu), on the same plan and grid as the mma.sync one.
 // K and V are [n_tokens, heads_kv * 256].
-cudaError_t launch_wgmma_hd256(const Params& p, int64_t n_tokens, unsigned grid,
-                               cudaStream_t stream);
+// With sp.n_dense + sp.n_own > 0, the keys split over CTAs (SplitParams).
+cudaError_t launch_wgmma_hd256(const Params& p, const SplitParams& sp, int64_t n_tokens,
+                               unsigned grid, cudaStream_t stream);
+// The merge of a split's records into out (attention_combine.cu): Params' out, gate and heads_q.
+cudaError_t launch_combine(const Params& p, const SplitParams& sp, int head_dim,
+                           cudaStream_t stream);
 
 }  // namespace flide::kernels::attention_detail

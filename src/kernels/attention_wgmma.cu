@@ -44,8 +44,12 @@ constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStageBytes + RowTable::kByte
 static_assert(kM == 128 && kThreads == 256, "two warpgroups of 64 packed rows");
 static_assert(kSmemBytes <= 232448, "a block's shared memory on sm_90");
 
+// kSplit: the keys split over CTAs (AttentionSplit), an instantiation of its own so that the
+// walk's split state takes no registers from the unsplit kernel.
+template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
-    tree_attention_wgmma_kernel(const Params p, const __grid_constant__ CUtensorMap map_k,
+    tree_attention_wgmma_kernel(const Params p, const SplitParams sp,
+                                const __grid_constant__ CUtensorMap map_k,
                                 const __grid_constant__ CUtensorMap map_v) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -58,8 +62,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full = [&](int stage) { return bars + 8u * uint32_t(stage); };
   auto empty = [&](int stage) { return bars + 16u + 8u * uint32_t(stage); };
 
-  int kvh = 0, parent = -1;
-  if (!load_row_table(p, rows, kvh, parent)) return;
+  int kvh = 0, parent = -1, split = 0;
+  if (!load_row_table(p, rows, kvh, parent, split, kSplit ? sp.n_dense + sp.n_own : 1)) return;
   if (threadIdx.x == 0) {
     for (int st = 0; st < 2; ++st) {
       detail::bar_init(full(st), 1);
@@ -100,8 +104,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // flight until block b + 1's S has been issued behind it; block b + 1's copies go out right
   // behind block b's S, once block b - 1's stage is empty.
   Cursor cur = path_cursor(p, parent);
+  SplitWalk walk;
+  if constexpr (kSplit) walk = split_walk<kBN>(p, sp, parent, split);
   KeyBlock blk;
-  bool have = next_block<kBN>(cur, p, rows.lo, rows.hi, blk);
+  bool have;
+  if constexpr (kSplit)
+    have = next_split_block<kBN>(cur, p, rows.lo, rows.hi, walk, blk);
+  else
+    have = next_block<kBN>(cur, p, rows.lo, rows.hi, blk);
   if (have && tid == 0) load_stage(0, blk);
   cp_async_commit();  // Q
   cp_async_wait<0>();
@@ -133,7 +143,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // The next block's copies go out while the tensor cores make S.
     KeyBlock next;
-    const bool have_next = next_block<kBN>(cur, p, rows.lo, rows.hi, next);
+    bool have_next;
+    if constexpr (kSplit)
+      have_next = next_split_block<kBN>(cur, p, rows.lo, rows.hi, walk, next);
+    else
+      have_next = next_block<kBN>(cur, p, rows.lo, rows.hi, next);
     if (have_next && tid == 0) {
       if (b > 0) detail::bar_wait(empty(stage ^ 1), uint32_t((b - 1) >> 1) & 1u);
       load_stage(stage ^ 1, next);
@@ -160,23 +174,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     have = have_next;
   }
   wgmma::wait<0>();
-  if (first)  // no key block (every row sees at least itself, so never in practice)
+  if (first)  // no key block (unsplit, every row sees at least itself: only a split CTA's share)
 #pragma unroll
     for (int dn = 0; dn < kHd / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
-  store_rows<kHd>(o, rp, rows, p, quad_t);
+  if constexpr (kSplit)
+    store_partial<kHd>(o, rp, rows, p, sp, quad_t, split);
+  else
+    store_rows<kHd>(o, rp, rows, p, quad_t);
 }
 
 }  // namespace
 
-cudaError_t launch_wgmma_hd256(const Params& p, int64_t n_tokens, unsigned grid,
-                               cudaStream_t stream) {
-  cudaError_t err = detail::raise_smem_limit<tree_attention_wgmma_kernel, int(kSmemBytes)>();
+cudaError_t launch_wgmma_hd256(const Params& p, const SplitParams& sp, int64_t n_tokens,
+                               unsigned grid, cudaStream_t stream) {
+  const bool split = sp.n_dense + sp.n_own > 0;
+  cudaError_t err =
+      split ? detail::raise_smem_limit<tree_attention_wgmma_kernel<true>, int(kSmemBytes)>()
+            : detail::raise_smem_limit<tree_attention_wgmma_kernel<false>, int(kSmemBytes)>();
   CUtensorMap map_k, map_v;
   const int64_t cols = int64_t(p.heads_kv) * kHd;
   if (err == cudaSuccess) err = detail::tile_map(map_k, p.k, n_tokens, cols, kBN);
   if (err == cudaSuccess) err = detail::tile_map(map_v, p.v, n_tokens, cols, kBN);
   if (err != cudaSuccess) return err;
-  tree_attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, map_k, map_v);
+  if (split)
+    tree_attention_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p, sp, map_k, map_v);
+  else
+    tree_attention_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p, sp, map_k, map_v);
   return cudaGetLastError();
 }
 

@@ -141,6 +141,39 @@ TEST_P(CudaAttentionInvariance, RowsIgnoreTheRestOfTheRound) {
   expect_exact(cat("attention hd ", hd, ", alone vs among 40 trees"), among, alone);
 }
 
+// The out rows (the last layer's readout; at hd 256 each tile's keys split over CTAs,
+// kernels::AttentionSplit): the last rows of the tree's three questions, alone and among 39 trees
+// whose questions' last rows are out rows too.
+TEST_P(CudaAttentionInvariance, OutRowsIgnoreTheRestOfTheRound) {
+  const int hd = GetParam(), hq = 8, hkv = 2;
+  const int64_t Cq = int64_t(hq) * hd, Ckv = int64_t(hkv) * hd;
+  std::mt19937 gen{uint32_t(hd + 1)};
+  const int64_t n = 304;
+  const auto k = random_floats(gen, n * Ckv, -2, 2), v = random_floats(gen, n * Ckv, -1, 1);
+  const auto q = random_floats(gen, 3 * Cq, -2, 2);
+  auto run = [&](int others) {
+    Stream s = build_stream(round_spec(others, gen), 0, gen);
+    for (int node = s.level_begin[1]; node < s.level_begin[2]; ++node)  // the tree's first
+      s.out_rows.push_back(s.nodes[node].offset + s.nodes[node].length - 1);
+    const std::vector<int32_t> rows = tree_rows(s);
+    const int64_t T = s.n_tokens(), R = int64_t(s.out_rows.size());
+    Pair p;
+    p.set_stream(s);
+    std::vector<float> q_out = random_floats(gen, R * Cq, -2, 2);
+    std::copy(q.begin(), q.end(), q_out.begin());
+    const View qv = p.put(R, Cq, q_out).gpu;
+    const View kv = p.put(T, Ckv, place(k, rows, T, Ckv, gen, -2, 2)).gpu;
+    const View vv = p.put(T, Ckv, place(v, rows, T, Ckv, gen, -1, 1)).gpu;
+    const auto out = p.poison(R, Cq);
+    p.gpu().attention(qv, kv, vv, out.gpu, Rows::Rows_out, hq, hkv, hd, 1.0 / std::sqrt(hd));
+    const Vec got = p.got(out);
+    return Vec(got.begin(), got.begin() + 3 * Cq);
+  };
+  const Vec alone = run(0), among = run(kOthers);
+  EXPECT_TRUE(all_finite(alone)) << "rows not written";
+  expect_exact(cat("attention hd ", hd, " out rows, alone vs among 40 trees"), among, alone);
+}
+
 // 128: the mma.sync kernel; 256: the wgmma one (attention_wgmma.cu).
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionInvariance, ::testing::Values(128, 256),
                          [](const auto& info) { return cat("hd", info.param); });

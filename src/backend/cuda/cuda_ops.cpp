@@ -213,6 +213,19 @@ void CudaOps::attention_gated(View q, View gate, View k, View v, View out, Rows 
   run_attention("attention_gated", q, &gate, k, v, out, which, heads_q, heads_kv, head_dim, scale);
 }
 
+// The out rows' attention at head dim 256 (the last layer's: one row a question) with the keys of
+// each tile split over 16 CTAs, 12 for its trunk's blocks and 4 for its questions' own
+// (kernels::AttentionSplit): unsplit, a round of 4 QuALITY requests ran it on 8 CTAs. Fixed
+// counts, so that a row's bits never depend on the round.
+kernels::AttentionSplit CudaOps::out_rows_split(Rows which, int64_t R, int heads_q, int head_dim) {
+  if (which != Rows::Rows_out || head_dim != 256 || R == 0) return {};
+  kernels::AttentionSplit split{nullptr, 12, 4};
+  split.partial =
+      as_f32(scratch_f32(1, kernels::attention_split_floats(R, heads_q, head_dim, split)),
+             "attention", "partial");
+  return split;
+}
+
 void CudaOps::run_attention(const char* name, View q, const View* gate, View k, View v, View out,
                             Rows which, int heads_q, int heads_kv, int head_dim, double scale) {
   need_stream(name);
@@ -230,10 +243,11 @@ void CudaOps::run_attention(const char* name, View q, const View* gate, View k, 
            : kernels::AttentionGate{};
   if (R == 0) return;
   const bool all = which == Rows::Rows_all;
+  const kernels::AttentionSplit split = out_rows_split(which, R, heads_q, head_dim);
   if (!op_begin({q, k, v, out, gate ? *gate : View{}}, {int64_t(which), heads_q, heads_kv})) return;
   launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                    all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
-                                   heads_q, heads_kv, head_dim, float(scale), stream_, g),
+                                   heads_q, heads_kv, head_dim, float(scale), stream_, g, split),
            name);
 }
 
@@ -260,6 +274,7 @@ void CudaOps::gated_attention(View qg, View q_norm, View k, View v, View out, Ro
   View q = scratch(R, out.cols);
   bf16* qp = as_bf16(q, "gated_attention", "q");
   const bool all = which == Rows::Rows_all;
+  const kernels::AttentionSplit split = out_rows_split(which, R, heads_q, head_dim);
   if (!op_begin({qg, q_norm, k, v, out}, {int64_t(which), heads_q, heads_kv, rot_dim})) return;
   cudaError_t err = kernels::attention_prep(qgp, qg.cols, 2 * hd, qp, nullptr, np, meta_.positions,
                                             rows_ptr(which), R, heads_q, head_dim, rot_dim,
@@ -268,7 +283,7 @@ void CudaOps::gated_attention(View qg, View q_norm, View k, View v, View out, Ro
     err = kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                   all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
                                   heads_q, heads_kv, head_dim, float(scale), stream_,
-                                  kernels::AttentionGate{qgp + hd, qg.cols, 2 * hd});
+                                  kernels::AttentionGate{qgp + hd, qg.cols, 2 * hd}, split);
   launched(err, "gated_attention");
 }
 

@@ -54,6 +54,7 @@
 #include "backend/cuda/profiler.h"
 #include "backend/ops.h"
 #include "backend/stream.h"
+#include "kernels/attention.h"
 #include "kernels/tree_meta.h"
 
 namespace flide {
@@ -184,6 +185,9 @@ class CudaOps final : public Ops {
   void need_stream(const char* op) const;
   int64_t rows_of(Rows which) const;
   const int32_t* rows_ptr(Rows which) const;  // device q_rows for `which` (nullptr: all rows)
+  // The keys' split for an attention over `which` rows (cuda_ops.cpp), its records in scratch;
+  // none for every row.
+  kernels::AttentionSplit out_rows_split(Rows which, int64_t R, int heads_q, int head_dim);
   // attention and attention_gated (gate: nullptr, or the packed gate).
   void run_attention(const char* name, View q, const View* gate, View k, View v, View out,
                      Rows which, int heads_q, int heads_kv, int head_dim, double scale);
