@@ -1,8 +1,8 @@
 // The merge of a split attention's records (attention.h AttentionSplit): for each (row, query
 // head), the dense + own records of its splits, in split order, by log-sum-exp: with M the largest
 // running max and w_s = exp2(m_s - M), O = sum_s w_s O_s and l = sum_s w_s l_s, both in split
-// order; then out = O / l rounded to bf16 once and, with a gate, that value times sigmoid(gate)
-// rounded once more (store_rows' rounding). A split that saw none of a row's keys left max
+// order; then out = O / l, rounded and gated as the unsplit store does (out_pair). A split that
+// saw none of a row's keys left max
 // kMaxInit and sum 0 (and O 0): its weight is exactly 0 and it adds nothing.
 //
 // One warp a (row, head): lane i takes columns 2 i, 2 i + 1 of each 64; the records are read once.
@@ -46,16 +46,10 @@ __device__ __forceinline__ void combine_pair(const Params& p, const SplitParams&
       p.gate.data ? p.gate.data + r * p.gate.row_stride + int64_t(h) * p.gate.head_stride + 2 * lane
                   : nullptr;
 #pragma unroll
-  for (int j = 0; j < kPairs; ++j) {
-    __nv_bfloat162 y = __floats2bfloat162_rn(o[j].x * inv, o[j].y * inv);
-    if (gate) {
-      const float2 yf = __bfloat1622float2(y);
-      const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gate + 64 * j));
-      y = __floats2bfloat162_rn(detail::times_sigmoid(yf.x, gf.x),
-                                detail::times_sigmoid(yf.y, gf.y));
-    }
-    *reinterpret_cast<__nv_bfloat162*>(dst + 64 * j) = y;
-  }
+  for (int j = 0; j < kPairs; ++j)
+    *reinterpret_cast<__nv_bfloat162*>(dst + 64 * j) =
+        out_pair(o[j].x, o[j].y, inv,
+                 gate ? reinterpret_cast<const __nv_bfloat162*>(gate + 64 * j) : nullptr);
 }
 
 template <int HD>

@@ -217,11 +217,12 @@ __device__ __forceinline__ void load_kv_rows(const Params& p, int kvh, const Key
   }
 }
 
-// Which blocks of the walk are the CTA's under a split (AttentionSplit): a dense CTA's share of the
-// dense blocks, [d_begin, d_end), or an own CTA's own nodes; every block without a split.
+// The blocks of the walk that are a split CTA's (AttentionSplit): a dense CTA's share
+// [d_begin, d_end) of the dense blocks, or an own CTA's own nodes own_slot, own_slot + n_own, ...
 struct SplitWalk {
-  int split = 0, n_dense = 0, n_own = 0;
-  int d_begin = 0, d_end = INT_MAX;
+  bool dense = false;
+  int d_begin = 0, d_end = 0;
+  int own_slot = 0, n_own = 1;
   int dense_seen = 0, own_node = -1, own_lo = INT_MIN;
 };
 
@@ -231,32 +232,34 @@ template <int kBlockN>
 __device__ __forceinline__ SplitWalk split_walk(const Params& p, const SplitParams& sp, int parent,
                                                 int split) {
   SplitWalk w;
-  w.split = split, w.n_dense = sp.n_dense, w.n_own = sp.n_own;
-  if (split < sp.n_dense) {
+  w.dense = split < sp.n_dense;
+  if (w.dense) {
     int blocks = 0;
     if (parent >= 0)
       for (int i = p.path_begin[parent]; i < p.path_begin[parent + 1]; ++i)
         blocks += (p.node_length[p.path_nodes[i]] + kBlockN - 1) / kBlockN;
     w.d_begin = int(int64_t(split) * blocks / sp.n_dense);
     w.d_end = int(int64_t(split + 1) * blocks / sp.n_dense);
+  } else {
+    w.own_slot = split - sp.n_dense;
+    w.n_own = sp.n_own;
   }
   return w;
 }
 
-// next_block over the CTA's blocks only (SplitWalk).
+// next_block over a split CTA's blocks only (SplitWalk).
 template <int kBlockN>
 __device__ __forceinline__ bool next_split_block(Cursor& c, const Params& p, const int* s_lo,
                                                  const int* s_hi, SplitWalk& w, KeyBlock& b) {
-  if (w.n_dense + w.n_own == 0) return next_block<kBlockN>(c, p, s_lo, s_hi, b);
   while (next_block<kBlockN>(c, p, s_lo, s_hi, b)) {
-    if (w.split < w.n_dense) {  // the dense blocks come first: past the share, nothing is left
+    if (w.dense) {  // the dense blocks come first: past the share, nothing is left
       if (b.own) return false;
       const int d = w.dense_seen++;
       if (d >= w.d_end) return false;
       if (d >= w.d_begin) return true;
     } else if (b.own) {
       if (c.own_lo != w.own_lo) w.own_lo = c.own_lo, ++w.own_node;
-      if (w.own_node % w.n_own == w.split - w.n_dense) return true;
+      if (w.own_node % w.n_own == w.own_slot) return true;
     }
   }
   return false;
@@ -360,17 +363,34 @@ __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN
   detail::acc_pair_as_a(a, s[2 * ks], s[2 * ks + 1]);
 }
 
+// The rows' sums over their quad (each thread holds a share of its rows' keys).
+__device__ __forceinline__ void quad_sums(RowPair& rp) {
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    rp.l0 += __shfl_xor_sync(0xffffffffu, rp.l0, off);
+    rp.l1 += __shfl_xor_sync(0xffffffffu, rp.l1, off);
+  }
+}
+
+// Two output values o * inv rounded to bf16 once; with a gate pair g (nullptr: none), that value
+// times sigmoid(g) rounded once more, as sigmoid_mul would make it. The unsplit store and the
+// split's merge both end here, so that they round alike.
+__device__ __forceinline__ __nv_bfloat162 out_pair(float o0, float o1, float inv,
+                                                   const __nv_bfloat162* g) {
+  const __nv_bfloat162 y = __floats2bfloat162_rn(o0 * inv, o1 * inv);
+  if (!g) return y;
+  const float2 yf = __bfloat1622float2(y), gf = __bfloat1622float2(*g);
+  return __floats2bfloat162_rn(detail::times_sigmoid(yf.x, gf.x),
+                               detail::times_sigmoid(yf.y, gf.y));
+}
+
 // out = O / l for the thread's two rows (columns 8 dn + 2 t, + 1 of each n-tile below HD), rounded
 // to bf16 once; unused packed rows are not stored. With a gate, that bf16 value times sigmoid(gate)
 // is stored instead, rounded once more, as sigmoid_mul would make it.
 template <int HD, int kDimTiles>
 __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPair rp,
                                            const RowTable& rows, const Params& p, int quad_t) {
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    rp.l0 += __shfl_xor_sync(0xffffffffu, rp.l0, off);
-    rp.l1 += __shfl_xor_sync(0xffffffffu, rp.l1, off);
-  }
+  quad_sums(rp);
   const int64_t q_stride = int64_t(p.heads_q) * HD;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -389,16 +409,10 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
         if (dn * 8 < HD) g[dn] = *reinterpret_cast<const __nv_bfloat162*>(gate + dn * 8);
     }
 #pragma unroll
-    for (int dn = 0; dn < kDimTiles; ++dn) {
-      if (dn * 8 >= HD) continue;
-      __nv_bfloat162 y = __floats2bfloat162_rn(o[dn][2 * h] * inv, o[dn][2 * h + 1] * inv);
-      if (p.gate.data) {
-        const float2 yf = __bfloat1622float2(y), gf = __bfloat1622float2(g[dn]);
-        y = __floats2bfloat162_rn(detail::times_sigmoid(yf.x, gf.x),
-                                  detail::times_sigmoid(yf.y, gf.y));
-      }
-      *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) = y;
-    }
+    for (int dn = 0; dn < kDimTiles; ++dn)
+      if (dn * 8 < HD)
+        *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
+            out_pair(o[dn][2 * h], o[dn][2 * h + 1], inv, p.gate.data ? &g[dn] : nullptr);
   }
 }
 
@@ -408,11 +422,7 @@ template <int HD, int kDimTiles>
 __device__ __forceinline__ void store_partial(const float (&o)[kDimTiles][4], RowPair rp,
                                               const RowTable& rows, const Params& p,
                                               const SplitParams& sp, int quad_t, int split) {
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    rp.l0 += __shfl_xor_sync(0xffffffffu, rp.l0, off);
-    rp.l1 += __shfl_xor_sync(0xffffffffu, rp.l1, off);
-  }
+  quad_sums(rp);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = h ? rp.row1 : rp.row0, r = rows.r[row];
