@@ -8,9 +8,11 @@
 # (ab/ must not be git-ignored, or the device call must carry it), then on the device:
 #   TREES="ab/main ." WORKLOADS=quality_all BATCHES=8,4,1 bash bench/h200_ab.sh
 # Knobs: TREES (space-separated tree roots, "." is this one), WORKLOADS, BATCHES, REPEATS (2),
-# REPS (10, per flide bench), SHAPE (qwen3_5_0_8b), TESTS (a gtest filter run on every tree;
-# empty: none). Results under $OUT (default ./h200-out): build logs, test logs, ab.jsonl and
-# ab.txt (tree, repeat, workload, batch, ms per round, ms per request).
+# REPS (10, per flide bench: such short runs end before the power limit settles the clock and
+# read ~2% faster than serving; 150 gives the sustained round,
+# bench/results/2026-12-02-served-power-tail.md), SHAPE (qwen3_5_0_8b), TESTS (a gtest filter run
+# on every tree; empty: none). Results under $OUT (default ./h200-out): build logs, test logs,
+# ab.jsonl and ab.txt (tree, repeat, workload, batch, ms per round, ms per request).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
