@@ -188,6 +188,7 @@ class Qwen35Model final : public Model {
     ops_.rmsnorm(x, layers_[0].input_norm, h, eps, true);
     // The last eighth of the layers (at least one) is the round's tail: long enough on the
     // device for the host to prepare the next round (a few percent of a round) while it runs.
+    // A quarter or a half served no faster (bench/results/2026-12-02-served-power-tail.md).
     const size_t tail = layers_.size() - std::max<size_t>(1, layers_.size() / 8);
     // Each residual add is the epilogue of the product that feeds it (matmul_add): the mixer's
     // output projection, then the MLP's down projection.
