@@ -183,24 +183,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     store_rows<kHd>(o, rp, rows, p, quad_t);
 }
 
-}  // namespace
-
-cudaError_t launch_wgmma_hd256(const Params& p, const SplitParams& sp, int64_t n_tokens,
-                               unsigned grid, cudaStream_t stream) {
-  const bool split = sp.n_dense + sp.n_own > 0;
+template <bool kSplit>
+cudaError_t launch_as(const Params& p, const SplitParams& sp, int64_t n_tokens, unsigned grid,
+                      cudaStream_t stream) {
   cudaError_t err =
-      split ? detail::raise_smem_limit<tree_attention_wgmma_kernel<true>, int(kSmemBytes)>()
-            : detail::raise_smem_limit<tree_attention_wgmma_kernel<false>, int(kSmemBytes)>();
+      detail::raise_smem_limit<tree_attention_wgmma_kernel<kSplit>, int(kSmemBytes)>();
   CUtensorMap map_k, map_v;
   const int64_t cols = int64_t(p.heads_kv) * kHd;
   if (err == cudaSuccess) err = detail::tile_map(map_k, p.k, n_tokens, cols, kBN);
   if (err == cudaSuccess) err = detail::tile_map(map_v, p.v, n_tokens, cols, kBN);
   if (err != cudaSuccess) return err;
-  if (split)
-    tree_attention_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p, sp, map_k, map_v);
-  else
-    tree_attention_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p, sp, map_k, map_v);
+  tree_attention_wgmma_kernel<kSplit><<<grid, kThreads, kSmemBytes, stream>>>(p, sp, map_k, map_v);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_wgmma_hd256(const Params& p, const SplitParams& sp, int64_t n_tokens,
+                               unsigned grid, cudaStream_t stream) {
+  return sp.n_dense + sp.n_own > 0 ? launch_as<true>(p, sp, n_tokens, grid, stream)
+                                   : launch_as<false>(p, sp, n_tokens, grid, stream);
 }
 
 }  // namespace flide::kernels::attention_detail
