@@ -11,7 +11,9 @@
 # REPS (10, per flide bench: such short runs end before the power limit settles the clock and
 # read ~2% faster than serving; 150 gives the sustained round,
 # bench/results/2026-12-02-served-power-tail.md), SHAPE (qwen3_5_0_8b), TESTS (a gtest filter run
-# on every tree; empty: none). Results under $OUT (default ./h200-out): build logs, test logs,
+# on every tree; empty: none), FLAGS (flag sets of `flide bench`, separated by |, each timed on
+# every tree, e.g. FLAGS="|--quantization fp8": bf16 and FP8 side by side; default: one, empty).
+# Results under $OUT (default ./h200-out): build logs, test logs,
 # ab.jsonl and ab.txt (tree, repeat, workload, batch, ms per round, ms per request).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -26,6 +28,7 @@ repeats=${REPEATS:-2}
 reps=${REPS:-10}
 config=$root/.devcarry/configs/${SHAPE:-qwen3_5_0_8b}.json
 tests=${TESTS:-}
+flag_sets=${FLAGS:-}
 name_of() { echo "$1" | tr '/.' '__'; }  # a tree root as a file-name part
 
 i=0
@@ -52,23 +55,29 @@ if [[ -n $tests ]]; then
   done
 fi
 
+IFS='|' read -r -a flag_list <<< "$flag_sets"
+[[ ${#flag_list[@]} -eq 0 ]] && flag_list=("")
 for rep in $(seq 1 "$repeats"); do
   for t in $trees; do
-    for w in ${workloads//,/ }; do
-      for b in ${batches//,/ }; do
-        line=$("$t/build-gpu/tools/cli/flide" bench --config "$config" --workload "$w" \
-            --device cuda --mode fork --graphs off --batch "$b" --reps "$reps" --warmup 3 \
-            --json 2>/dev/null | tail -1)
-        if [[ -z $line ]]; then
-          echo "$t rep$rep $w b$b: flide bench failed" | tee -a "$out/ab.txt"
-          continue
-        fi
-        echo "$line" >> "$out/ab.jsonl"
-        echo "$line" | python3 -c "
+    for flags in "${flag_list[@]}"; do
+      label="$t${flags:+ $flags}"
+      for w in ${workloads//,/ }; do
+        for b in ${batches//,/ }; do
+          # shellcheck disable=SC2086  # flags: words on purpose
+          line=$("$t/build-gpu/tools/cli/flide" bench --config "$config" --workload "$w" \
+              --device cuda --mode fork --graphs off --batch "$b" --reps "$reps" --warmup 3 \
+              $flags --json 2>/dev/null | tail -1)
+          if [[ -z $line ]]; then
+            echo "$label rep$rep $w b$b: flide bench failed" | tee -a "$out/ab.txt"
+            continue
+          fi
+          echo "$line" >> "$out/ab.jsonl"
+          echo "$line" | python3 -c "
 import json, sys
 r = json.loads(sys.stdin.read())['runs'][0]
-print('$t rep$rep $w b$b', round(r['median_ms'], 3), round(r['median_ms_per_request'], 3))
+print('$label rep$rep $w b$b', round(r['median_ms'], 3), round(r['median_ms_per_request'], 3))
 " | tee -a "$out/ab.txt"
+        done
       done
     done
   done

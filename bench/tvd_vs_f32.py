@@ -3,9 +3,11 @@
 distributions of synthetic decision requests (random token ids, race_all shape by default),
 answered by `flide decide --config` on both devices. Prints the median and p99 total variation
 distance and the top-1 agreement — the closeness claims of a bf16 engine (shared/specs/flide.md).
+With --fp8, CUDA with `--quantization fp8` too (its fused products on FP8 operands), against the
+same float32 reference and against CUDA bf16.
 
     python3 bench/tvd_vs_f32.py --flide build-gpu/tools/cli/flide --config CONFIG.json \
-        [--requests 8] [--trunk 450] [--questions 4] [--question-len 50] [--labels 4]
+        [--requests 8] [--trunk 450] [--questions 4] [--question-len 50] [--labels 4] [--fp8]
 """
 
 import argparse
@@ -31,10 +33,11 @@ def requests(n, trunk, questions, qlen, labels, vocab, seed):
         }
 
 
-def decide(flide, config, path, device, mode="fork"):
+def decide(flide, config, path, device, mode="fork", extra=()):
     cmd = [flide, "decide", "--config", config, "--input", path, "--device", device, "--mode", mode]
     if device == "cpu":
         cmd += ["--dtype", "f32"]
+    cmd += list(extra)
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
@@ -49,6 +52,7 @@ def main() -> None:
     ap.add_argument("--question-len", type=int, default=50)
     ap.add_argument("--labels", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--fp8", action="store_true", help="also CUDA with --quantization fp8")
     args = ap.parse_args()
     vocab = min(json.loads(Path(args.config).read_text()).get("vocab_size", 248320), 200000)
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -58,15 +62,20 @@ def main() -> None:
     ref = decide(args.flide, args.config, f.name, "cpu")
     runs = {"cuda fork": decide(args.flide, args.config, f.name, "cuda"),
             "cuda independent": decide(args.flide, args.config, f.name, "cuda", "independent")}
-    for name, got in runs.items():
+    pairs = [(name, got, ref, "cpu f32 fork") for name, got in runs.items()]
+    if args.fp8:
+        fp8 = decide(args.flide, args.config, f.name, "cuda", extra=["--quantization", "fp8"])
+        pairs += [("cuda fp8 fork", fp8, ref, "cpu f32 fork"),
+                  ("cuda fp8 fork", fp8, runs["cuda fork"], "cuda bf16 fork")]
+    for name, got, base, base_name in pairs:
         tvds, agree = [], 0
-        for a, b in zip(got, ref):
+        for a, b in zip(got, base):
             for qa, qb in zip(a["questions"], b["questions"]):
                 tvds.append(0.5 * sum(abs(x - y) for x, y in zip(qa["probs"], qb["probs"])))
                 agree += qa["choice"] == qb["choice"]
         tvds.sort()
         p99 = tvds[min(len(tvds) - 1, int(0.99 * len(tvds)))]
-        print(json.dumps({"config": Path(args.config).name, "compare": f"{name} vs cpu f32 fork",
+        print(json.dumps({"config": Path(args.config).name, "compare": f"{name} vs {base_name}",
                           "questions": len(tvds), "median_tvd": statistics.median(tvds),
                           "p99_tvd": p99, "max_tvd": tvds[-1], "top1_agreement": agree / len(tvds)}))
 

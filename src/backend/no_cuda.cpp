@@ -4,7 +4,8 @@
 
 namespace flide {
 
-std::unique_ptr<Ops> make_cuda_ops(int /*device*/, bool /*batch_invariant*/) {
+std::unique_ptr<Ops> make_cuda_ops(int /*device*/, bool /*batch_invariant*/,
+                                   Quantization /*quantization*/) {
   throw Error("this flide was built without the CUDA backend (configure with -DFLIDE_CUDA=ON)");
 }
 

@@ -86,6 +86,10 @@ class Ops {
   virtual void fill_zero(View dst) = 0;
   virtual void set_stream(const Stream& stream) = 0;  // metadata for the round
   virtual void synchronize() = 0;  // waits for all queued work (timing; CPU: nothing to wait for)
+  // w (loaded) is the weight of one of the fused products (swiglu, gdn_qkv_conv, z_gated_rmsnorm,
+  // attention_projections): a backend that computes them in lower precision keeps a copy of it in
+  // that form beside it (CUDA under Quantization_fp8). The others ignore it; w stays as it was.
+  virtual void quantize_weight(View /*w*/) {}
 
   // ---- rounds in flight ----
   // So that the host can prepare the next round while the device computes this one, a round's
@@ -282,6 +286,14 @@ std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads, bool batch_invariant
 // batch_invariant: a row's results do not depend on how many other rows share its round, i.e.
 // on server load (the tree kernels never do; this pins the GEMM algorithms of few rows, which
 // slows rounds of under 2,048 token rows).
-std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant = false);
+//
+// quantization: the precision of the fused products' operands (Ops::quantize_weight). none: bf16.
+// fp8: e4m3 with a float scale per row of the activations (computed each round) and per output
+// column of the weights (at load), as vLLM's `--quantization fp8` computes an unquantized
+// checkpoint; the products accumulate in fp32 and everything else stays as in bf16. The other
+// products (the output projections, the LM head) stay bf16.
+enum class Quantization : uint8_t { Quantization_none, Quantization_fp8 };
+std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant = false,
+                                   Quantization quantization = Quantization::Quantization_none);
 
 }  // namespace flide

@@ -49,6 +49,14 @@ struct ProjArgs {
   float eps, theta;
 };
 
+// FP8 operands: h's row scales and the three weights' (unused with bf16).
+struct ProjScales {
+  RowScales x;
+  const float* w_q = nullptr;
+  const float* w_k = nullptr;
+  const float* w_v = nullptr;
+};
+
 enum class Part : uint8_t { Part_query, Part_gate, Part_key, Part_value };
 
 // Which part and head a column tile is: the query heads, the key heads, the gates, the value
@@ -162,8 +170,10 @@ __device__ __forceinline__ void norm_and_turn(const Smem& sm, const ProjArgs& a,
   }
 }
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
-    attention_proj_kernel(const __grid_constant__ Maps maps, const ProjArgs a, int K, int group) {
+    attention_proj_kernel(const __grid_constant__ Maps maps, const ProjArgs a, int K, int group,
+                          const ProjScales scales) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
   float inv_freq[kMaxTurns];  // the epilogue's, once for every tile
@@ -172,15 +182,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int p = int(threadIdx.x) % 32 + 32 * j;
     inv_freq[j] = p < a.rot / 2 ? detail::rope_inv_freq(p, a.rot, a.theta) : 0.f;
   }
-  run_units(
+  run_units<kFp8>(
       sm, &maps.x, (a.M + kTileM - 1) / kTileM, 2 * (a.heads_q + a.heads_kv), group, K,
       [&](const Place& p) {
         const Unit u(p.col_tile, a);
-        const CUtensorMap* w = u.part == Part::Part_key     ? &maps.w_k
-                               : u.part == Part::Part_value ? &maps.w_v
-                                                            : &maps.w_q;
-        return TileSource{p.row_tile * kTileM, w,
-                          u.weight_tile() * kPairCols + int(p.rank) * kTileN};
+        const bool key = u.part == Part::Part_key, value = u.part == Part::Part_value;
+        const CUtensorMap* w = key ? &maps.w_k : value ? &maps.w_v : &maps.w_q;
+        const float* w_scale = key ? scales.w_k : value ? scales.w_v : scales.w_q;
+        const int w_row = u.weight_tile() * kPairCols + int(p.rank) * kTileN;
+        return TileSource{p.row_tile * kTileM, w, w_row, w_scale + w_row};
       },
       [&](int e, const Place& p, uint32_t parity) {
         const Unit u(p.col_tile, a);
@@ -199,9 +209,28 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  : u.part == Part::Part_key  ? &maps.k
                                                              : &maps.v;
         sm.send_staged(out, e, m0, u.head * kHeadDim, 4);  // the head's 256 columns
-      });
+      },
+      scales.x);
   // The outputs' last bulk stores finish before the CTA does.
   if (epilogue_index() == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// The outputs' maps and the launch, once the input's and weights' maps are in `maps` (bf16 or
+// FP8).
+template <bool kFp8>
+cudaError_t launch_projections(Maps& maps, const ProjArgs& a, bf16* q, bf16* gate, bf16* k, bf16* v,
+                               int64_t K, const ProjScales& scales, cudaStream_t stream) {
+  const int64_t M = a.M, Cq = int64_t(a.heads_q) * kHeadDim, Ckv = int64_t(a.heads_kv) * kHeadDim;
+  cudaError_t err = tile_map(maps.q, q, M, Cq);
+  if (err == cudaSuccess) err = tile_map(maps.gate, gate, M, Cq);
+  if (err == cudaSuccess) err = tile_map(maps.k, k, M, Ckv);
+  if (err == cudaSuccess) err = tile_map(maps.v, v, M, Ckv);
+  if (err != cudaSuccess) return err;
+  const int64_t col_tiles = 2 * (int64_t(a.heads_q) + a.heads_kv);
+  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, col_tiles);
+  return launch<attention_proj_kernel<kFp8>>(units, stream, maps, a, int(K),
+                                             unit_group(col_tiles * kHeadDim * K * (kFp8 ? 1 : 2)),
+                                             scales);
 }
 
 }  // namespace
@@ -227,22 +256,39 @@ cudaError_t attention_projections(const bf16* h, const bf16* w_q, const bf16* w_
                                        rot_dim) ||
       heads_q <= 0 || heads_kv <= 0 || M > INT32_MAX - kCluster * kTileM || !positions)
     return cudaErrorInvalidValue;
-  const ProjArgs a{q_norm, k_norm, positions, int(M), heads_q, heads_kv, rot_dim, eps, theta};
   const int64_t Cq = int64_t(heads_q) * kHeadDim, Ckv = int64_t(heads_kv) * kHeadDim;
   Maps maps;
   cudaError_t err = tile_map(maps.x, h, M, K);
   if (err == cudaSuccess) err = tile_map(maps.w_q, w_q, 2 * Cq, K);
   if (err == cudaSuccess) err = tile_map(maps.w_k, w_k, Ckv, K);
   if (err == cudaSuccess) err = tile_map(maps.w_v, w_v, Ckv, K);
-  if (err == cudaSuccess) err = tile_map(maps.q, q, M, Cq);
-  if (err == cudaSuccess) err = tile_map(maps.gate, gate, M, Cq);
-  if (err == cudaSuccess) err = tile_map(maps.k, k, M, Ckv);
-  if (err == cudaSuccess) err = tile_map(maps.v, v, M, Ckv);
   if (err != cudaSuccess) return err;
-  const int64_t col_tiles = 2 * (int64_t(heads_q) + heads_kv);
-  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, col_tiles);
-  return launch<attention_proj_kernel>(units, stream, maps, a, int(K),
-                                       unit_group(col_tiles * kHeadDim * K * 2));
+  const ProjArgs a{q_norm, k_norm, positions, int(M), heads_q, heads_kv, rot_dim, eps, theta};
+  return launch_projections<false>(maps, a, q, gate, k, v, K, {}, stream);
+}
+
+cudaError_t attention_projections_fp8(Fp8Rows h, Fp8Rows w_q, Fp8Rows w_k, Fp8Rows w_v,
+                                      const bf16* q_norm, const bf16* k_norm,
+                                      const int32_t* positions, bf16* q, bf16* gate, bf16* k,
+                                      bf16* v, int64_t M, int64_t K, int heads_q, int heads_kv,
+                                      int head_dim, int rot_dim, float eps, float theta,
+                                      cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  if (!attention_projections_supported(h.data, w_q.data, w_k.data, w_v.data, q_norm, k_norm, q,
+                                       gate, k, v, K, head_dim, rot_dim) ||
+      K % 16 != 0 || !h.scale || !w_q.scale || !w_k.scale || !w_v.scale || heads_q <= 0 ||
+      heads_kv <= 0 || M > INT32_MAX - kCluster * kTileM || !positions)
+    return cudaErrorInvalidValue;
+  const int64_t Cq = int64_t(heads_q) * kHeadDim, Ckv = int64_t(heads_kv) * kHeadDim;
+  Maps maps;
+  cudaError_t err = detail::tile_map_fp8(maps.x, h.data, M, K);
+  if (err == cudaSuccess) err = detail::tile_map_fp8(maps.w_q, w_q.data, 2 * Cq, K);
+  if (err == cudaSuccess) err = detail::tile_map_fp8(maps.w_k, w_k.data, Ckv, K);
+  if (err == cudaSuccess) err = detail::tile_map_fp8(maps.w_v, w_v.data, Ckv, K);
+  if (err != cudaSuccess) return err;
+  const ProjArgs a{q_norm, k_norm, positions, int(M), heads_q, heads_kv, rot_dim, eps, theta};
+  const ProjScales scales{{h.scale, int(M)}, w_q.scale, w_k.scale, w_v.scale};
+  return launch_projections<true>(maps, a, q, gate, k, v, K, scales, stream);
 }
 
 }  // namespace flide::kernels

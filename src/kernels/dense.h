@@ -17,6 +17,19 @@ namespace flide::kernels {
 
 using bf16 = __nv_bfloat16;
 
+// An FP8 e4m3 matrix [rows, K] with a float scale a row: element (r, c) stands for
+// scale[r] * e4m3(data[r K + c]). For a weight [N, K] a row is an output column. The products'
+// operands under --quantization fp8 (the *_fp8 launchers below, gdn.h gdn_qkv_conv_fp8).
+struct Fp8Rows {
+  const uint8_t* data = nullptr;
+  const float* scale = nullptr;
+};
+// x [rows, cols] bf16 to q [rows, cols] e4m3 and scale [rows] (quantize_fp8.cu): each row's
+// largest magnitude becomes 448, the rest round to nearest-even. cols a multiple of 8, x 16-byte
+// and q 8-byte aligned.
+cudaError_t quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, uint8_t* q, float* scale,
+                              cudaStream_t stream);
+
 // out[t, :] = table[ids[t], :]; out [T, H]
 cudaError_t embed(const int32_t* ids, const bf16* table, bf16* out, int64_t T, int64_t H,
                   cudaStream_t stream);
@@ -33,6 +46,10 @@ bool swiglu_gemm_supported(const void* x, const void* w_gate, const void* w_up, 
                            int64_t N, int64_t K);
 cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf16* out, int64_t M,
                         int64_t N, int64_t K, cudaStream_t stream);
+// swiglu_gemm on FP8 operands: gate and up are the products scaled by their rows' and columns'
+// scales, rounded to bf16, then as above. The same shapes, K a multiple of 16.
+cudaError_t swiglu_gemm_fp8(Fp8Rows x, Fp8Rows w_gate, Fp8Rows w_up, bf16* out, int64_t M,
+                            int64_t N, int64_t K, cudaStream_t stream);
 // x *= sigmoid(gate)
 cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t stream);
 // out[r, :] = x[rows[r], :]; out [R, cols]. Works for bf16 and fp32 (elem_bytes 2 or 4).
@@ -68,6 +85,13 @@ cudaError_t attention_projections(const bf16* h, const bf16* w_q, const bf16* w_
                                   bf16* q, bf16* gate, bf16* k, bf16* v, int64_t M, int64_t K,
                                   int heads_q, int heads_kv, int head_dim, int rot_dim, float eps,
                                   float theta, cudaStream_t stream);
+// attention_projections on FP8 operands (as swiglu_gemm_fp8; K a multiple of 16).
+cudaError_t attention_projections_fp8(Fp8Rows h, Fp8Rows w_q, Fp8Rows w_k, Fp8Rows w_v,
+                                      const bf16* q_norm, const bf16* k_norm,
+                                      const int32_t* positions, bf16* q, bf16* gate, bf16* k,
+                                      bf16* v, int64_t M, int64_t K, int heads_q, int heads_kv,
+                                      int head_dim, int rot_dim, float eps, float theta,
+                                      cudaStream_t stream);
 // g = -exp(A_log) * softplus(a + dt_bias) (fp32), beta = sigmoid(b) (fp32); ab [T, 2 Hv] bf16
 // holds a | b side by side; g, beta [T, Hv]; A_log, dt_bias [Hv] bf16.
 cudaError_t gdn_gates(const bf16* ab, const bf16* A_log, const bf16* dt_bias, float* g, float* beta,
@@ -85,6 +109,10 @@ bool z_gated_rmsnorm_supported(const void* h, const void* w_z, const void* o, co
 cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const bf16* w, bf16* out,
                             int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
                             cudaStream_t stream);
+// z_gated_rmsnorm on FP8 operands (as swiglu_gemm_fp8; K a multiple of 16).
+cudaError_t z_gated_rmsnorm_fp8(Fp8Rows h, Fp8Rows w_z, const bf16* o, const bf16* w, bf16* out,
+                                int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
+                                cudaStream_t stream);
 // out[m] = dot(h[select_out[m]], w[select_ids[m]]) in fp32; h [R, H], w [V, H].
 cudaError_t select_logits(const bf16* h, const bf16* w, const int32_t* select_out,
                           const int32_t* select_ids, float* out, int64_t M, int64_t H,

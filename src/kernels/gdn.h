@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/dense.h"
 #include "kernels/tree_meta.h"
 
 namespace flide::kernels {
@@ -69,6 +70,13 @@ cudaError_t gdn_qkv_conv(const __nv_bfloat16* x, const __nv_bfloat16* w_qkv,
                          __nv_bfloat16* k, __nv_bfloat16* v, int64_t T, int64_t H, int heads_k,
                          int dim_k, int64_t value_dim, float eps, int level, const TreeMeta& meta,
                          cudaStream_t stream);
+// gdn_qkv_conv on FP8 operands (dense.h Fp8Rows; H a multiple of 16): the product scaled by its
+// rows' and columns' scales, rounded to bf16, then as above.
+cudaError_t gdn_qkv_conv_fp8(Fp8Rows x, Fp8Rows w_qkv, const __nv_bfloat16* w_conv,
+                             __nv_bfloat16* window, __nv_bfloat16* q, __nv_bfloat16* k,
+                             __nv_bfloat16* v, int64_t T, int64_t H, int heads_k, int dim_k,
+                             int64_t value_dim, float eps, int level, const TreeMeta& meta,
+                             cudaStream_t stream);
 // Whether gdn_conv takes a key head of dim_k with value width value_dim at some vector width
 // (suitably aligned pointers given): the shape rule above.
 bool gdn_conv_shape_ok(int dim_k, int64_t value_dim);

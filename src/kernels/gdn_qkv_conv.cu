@@ -190,22 +190,59 @@ __device__ __forceinline__ void conv_epilogue(const Smem& sm, const ConvArgs& a,
   sm.release_staged(e);
 }
 
+ConvArgs conv_args(const bf16* w_conv, bf16* window, bf16* q, bf16* k, bf16* v, int heads_k,
+                   int dim_k, int64_t value_dim, float eps, int level, const TreeMeta& meta) {
+  ConvArgs a;
+  a.w_conv = w_conv;
+  a.window = window;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.Kd = heads_k * dim_k;
+  a.Vd = int(value_dim);
+  a.C = 2 * a.Kd + a.Vd;
+  a.eps = eps;
+  a.level = level;
+  a.meta = meta;
+  return a;
+}
+
+// FP8 operands: x's row scales and w_qkv's (unused with bf16).
+struct ConvScales {
+  RowScales x;
+  const float* w = nullptr;
+};
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_qkv_conv_kernel(const __grid_constant__ CUtensorMap map_x,
                         const __grid_constant__ CUtensorMap map_w, const ConvArgs a, int H,
-                        int group) {
+                        int group, const ConvScales scales) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
   const LevelRows rows(a);
   auto row0_of = [&](const Place& p) { return rows.first + p.row_tile * kRowsOut; };
-  run_units(
+  run_units<kFp8>(
       sm, &map_x, (rows.end - rows.first + kRowsOut - 1) / kRowsOut, a.C / kPairCols, group, H,
       [&](const Place& p) {
-        return TileSource{row0_of(p) - kHalo, &map_w, p.paired_w_row()};
+        const int w_row = p.paired_w_row();
+        return TileSource{row0_of(p) - kHalo, &map_w, w_row, scales.w + w_row};
       },
       [&](int e, const Place& p, uint32_t parity) {
         conv_epilogue(sm, a, e, row0_of(p), rows.end, p.col_tile * kPairCols, parity);
-      });
+      },
+      scales.x);
+}
+
+// The arguments checked and the launch, once x's and w_qkv's maps are made (bf16 or FP8).
+template <bool kFp8>
+cudaError_t launch_qkv_conv(const CUtensorMap& map_x, const CUtensorMap& map_w, ConvArgs a,
+                            int64_t T, int64_t H, const ConvScales& scales, cudaStream_t stream) {
+  // Enough clusters for the largest level the stream's rows allow (the level's own size is read
+  // on the device).
+  const int64_t units = cluster_units((T + kRowsOut - 1) / kRowsOut, a.C / kPairCols);
+  return launch<gdn_qkv_conv_kernel<kFp8>>(units, stream, map_x, map_w, a, int(H),
+                                           unit_group(int64_t(a.C) * H * (kFp8 ? 1 : 2)), scales);
 }
 
 }  // namespace
@@ -229,27 +266,32 @@ cudaError_t gdn_qkv_conv(const bf16* x, const bf16* w_qkv, const bf16* w_conv, b
       level < 0 || T > INT32_MAX - 2 * kTileM)  // the kernel's row arithmetic is int
     return cudaErrorInvalidValue;
   if (T == 0 || meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
-  ConvArgs a;
-  a.w_conv = w_conv;
-  a.window = window;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.Kd = heads_k * dim_k;
-  a.Vd = int(value_dim);
-  a.C = 2 * a.Kd + a.Vd;
-  a.eps = eps;
-  a.level = level;
-  a.meta = meta;
+  const ConvArgs a =
+      conv_args(w_conv, window, q, k, v, heads_k, dim_k, value_dim, eps, level, meta);
   CUtensorMap map_x, map_w;
   cudaError_t err = tile_map(map_x, x, T, H);
   if (err == cudaSuccess) err = tile_map(map_w, w_qkv, a.C, H);
   if (err != cudaSuccess) return err;
-  // Enough clusters for the largest level the stream's rows allow (the level's own size is read
-  // on the device).
-  const int64_t units = cluster_units((T + kRowsOut - 1) / kRowsOut, a.C / kPairCols);
-  return launch<gdn_qkv_conv_kernel>(units, stream, map_x, map_w, a, int(H),
-                                     unit_group(2 * int64_t(a.C) * H));
+  return launch_qkv_conv<false>(map_x, map_w, a, T, H, {}, stream);
+}
+
+cudaError_t gdn_qkv_conv_fp8(Fp8Rows x, Fp8Rows w_qkv, const bf16* w_conv, bf16* window, bf16* q,
+                             bf16* k, bf16* v, int64_t T, int64_t H, int heads_k, int dim_k,
+                             int64_t value_dim, float eps, int level, const TreeMeta& meta,
+                             cudaStream_t stream) {
+  if (!gdn_qkv_conv_supported(x.data, w_qkv.data, w_conv, window, q, k, v, H, heads_k, dim_k,
+                              value_dim, kConvK) ||
+      H % 16 != 0 || !x.scale || !w_qkv.scale || level < 0 || T > INT32_MAX - 2 * kTileM)
+    return cudaErrorInvalidValue;
+  if (T == 0 || meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
+  const ConvArgs a =
+      conv_args(w_conv, window, q, k, v, heads_k, dim_k, value_dim, eps, level, meta);
+  CUtensorMap map_x, map_w;
+  cudaError_t err = detail::tile_map_fp8(map_x, x.data, T, H);
+  if (err == cudaSuccess) err = detail::tile_map_fp8(map_w, w_qkv.data, a.C, H);
+  if (err != cudaSuccess) return err;
+  return launch_qkv_conv<true>(map_x, map_w, a, T, H, ConvScales{{x.scale, int(T)}, w_qkv.scale},
+                               stream);
 }
 
 }  // namespace flide::kernels

@@ -59,25 +59,53 @@ __device__ __forceinline__ void swiglu_epilogue(const Smem& sm, const CUtensorMa
   sm.send_staged(map_out, e, m0, n0, 2);  // gate's place: the output's 128 columns
 }
 
+// FP8 operands' scales (unused with bf16): x's rows', the gate's and the up's rows'.
+struct SwigluScales {
+  RowScales x;
+  const float* gate = nullptr;
+  const float* up = nullptr;
+};
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     swiglu_gemm_kernel(const __grid_constant__ CUtensorMap map_x,
                        const __grid_constant__ CUtensorMap map_gate,
                        const __grid_constant__ CUtensorMap map_up,
-                       const __grid_constant__ CUtensorMap map_out, int M, int N, int K,
-                       int group) {
+                       const __grid_constant__ CUtensorMap map_out, int M, int N, int K, int group,
+                       const SwigluScales scales) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
-  run_units(
+  run_units<kFp8>(
       sm, &map_x, (M + kTileM - 1) / kTileM, N / kTileN, group, K,
       [&](const Place& p) {
-        return TileSource{p.row_tile * kTileM, p.rank == 0 ? &map_gate : &map_up,
-                          p.col_tile * kTileN};
+        const int w_row = p.col_tile * kTileN;
+        return p.rank == 0 ? TileSource{p.row_tile * kTileM, &map_gate, w_row, scales.gate + w_row}
+                           : TileSource{p.row_tile * kTileM, &map_up, w_row, scales.up + w_row};
       },
       [&](int e, const Place& p, uint32_t parity) {
         swiglu_epilogue(sm, &map_out, e, p.row_tile * kTileM, p.col_tile * kTileN, parity);
-      });
+      },
+      scales.x);
   // The output's last bulk stores finish before the CTA does.
   if (epilogue_index() == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// The launch once the operands' maps are made (bf16 or FP8).
+template <bool kFp8>
+cudaError_t launch_swiglu(const CUtensorMap& map_x, const CUtensorMap& map_gate,
+                          const CUtensorMap& map_up, bf16* out, int64_t M, int64_t N, int64_t K,
+                          const SwigluScales& scales, cudaStream_t stream) {
+  CUtensorMap map_out;
+  if (const cudaError_t err = tile_map(map_out, out, M, N); err != cudaSuccess) return err;
+  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, N / kTileN);
+  const int64_t weight_bytes = 2 * N * K * (kFp8 ? 1 : 2);
+  return launch<swiglu_gemm_kernel<kFp8>>(units, stream, map_x, map_gate, map_up, map_out, int(M),
+                                          int(N), int(K), unit_group(weight_bytes), scales);
+}
+
+// The kernel's row arithmetic is int: M plus a tile pair must fit.
+bool rows_fit(int64_t M) {
+  return M <= INT32_MAX - kCluster * kTileM;
 }
 
 }  // namespace
@@ -92,19 +120,29 @@ bool swiglu_gemm_supported(const void* x, const void* w_gate, const void* w_up, 
 cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf16* out, int64_t M,
                         int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
-  // The kernel's row arithmetic is int: M plus a tile pair must fit.
-  if (!swiglu_gemm_supported(x, w_gate, w_up, out, N, K) || K == 0 ||
-      M > INT32_MAX - kCluster * kTileM)
+  if (!swiglu_gemm_supported(x, w_gate, w_up, out, N, K) || K == 0 || !rows_fit(M))
     return cudaErrorInvalidValue;
-  CUtensorMap map_x, map_gate, map_up, map_out;
+  CUtensorMap map_x, map_gate, map_up;
   cudaError_t err = tile_map(map_x, x, M, K);
   if (err == cudaSuccess) err = tile_map(map_gate, w_gate, N, K);
   if (err == cudaSuccess) err = tile_map(map_up, w_up, N, K);
-  if (err == cudaSuccess) err = tile_map(map_out, out, M, N);
   if (err != cudaSuccess) return err;
-  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, N / kTileN);
-  return launch<swiglu_gemm_kernel>(units, stream, map_x, map_gate, map_up, map_out, int(M), int(N),
-                                    int(K), unit_group(4 * N * K));
+  return launch_swiglu<false>(map_x, map_gate, map_up, out, M, N, K, {}, stream);
+}
+
+cudaError_t swiglu_gemm_fp8(Fp8Rows x, Fp8Rows w_gate, Fp8Rows w_up, bf16* out, int64_t M,
+                            int64_t N, int64_t K, cudaStream_t stream) {
+  if (M == 0 || N == 0) return cudaSuccess;
+  if (!swiglu_gemm_supported(x.data, w_gate.data, w_up.data, out, N, K) || K % 16 != 0 || K == 0 ||
+      !rows_fit(M) || !x.scale || !w_gate.scale || !w_up.scale)
+    return cudaErrorInvalidValue;
+  CUtensorMap map_x, map_gate, map_up;
+  cudaError_t err = detail::tile_map_fp8(map_x, x.data, M, K);
+  if (err == cudaSuccess) err = detail::tile_map_fp8(map_gate, w_gate.data, N, K);
+  if (err == cudaSuccess) err = detail::tile_map_fp8(map_up, w_up.data, N, K);
+  if (err != cudaSuccess) return err;
+  const SwigluScales scales{{x.scale, int(M)}, w_gate.scale, w_up.scale};
+  return launch_swiglu<true>(map_x, map_gate, map_up, out, M, N, K, scales, stream);
 }
 
 }  // namespace flide::kernels

@@ -65,4 +65,22 @@ inline cudaError_t tile_map(CUtensorMap& map, const __nv_bfloat16* p, int64_t ro
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// A row-major [rows, cols] matrix of bytes (FP8 e4m3) read in [box_rows][128] boxes, 128-byte
+// swizzled: the same 128-byte rows, and so the same shared-memory layout, as tile_map's bf16 boxes.
+inline cudaError_t tile_map_fp8(CUtensorMap& map, const uint8_t* p, int64_t rows, int64_t cols,
+                                uint32_t box_rows = 128) {
+  EncodeTiled encode = nullptr;
+  if (const cudaError_t err = encoder(encode); err != cudaSuccess) return err;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols)};
+  const cuuint32_t box[2] = {128, box_rows};
+  const cuuint32_t steps[2] = {1, 1};
+  std::memset(&map, 0, sizeof map);
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(p), dims, strides, box,
+             steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 }  // namespace flide::kernels::detail

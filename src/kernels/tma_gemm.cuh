@@ -24,6 +24,14 @@
 // Each output's sum runs over K in one fixed order (k-blocks of 64 in turn, wgmma's k16 steps
 // within), whatever M is and whichever tile a row lands in: a row's bits never depend on the
 // other rows of the GEMM (batch invariance without plan pinning).
+//
+// FP8 operands (kFp8, the products of `--quantization fp8`): x and the weights as e4m3 with a
+// float scale a row of x and a row of each weight (an output column), as quantize_rows_fp8 makes
+// them. A k-block is then 128 columns: the same 128 bytes a row, the same boxes, swizzle and
+// descriptors, and m64n128k32 steps in place of m64n128k16. The consumers scale each product by
+// its row's and its column's scales before rounding it to bf16 into the staging tile, so the
+// epilogues see what they see with bf16 operands. A row's scale depends only on that row, so the
+// batch invariance above holds for FP8 too.
 #pragma once
 
 #include <cuda.h>
@@ -47,6 +55,9 @@ constexpr int kTileM = 128, kTileN = 128, kBlockK = 64, kStages = 3, kCluster = 
 // Every tile in shared memory (x's, each weight's, each half of a staged product) is 128 rows of
 // one 64-column, 128-byte-swizzled chunk: one box shape for every tensor map.
 static_assert(kTileM == kTileN && kBlockK * 2 == 128, "one [128][64] bf16 box for every tile");
+// A k-block's columns: 128 bytes of each row, bf16 or FP8.
+template <bool kFp8>
+constexpr int kBlockCols = kFp8 ? 2 * kBlockK : kBlockK;
 // Warpgroup 0: the copier thread and three epilogue warps; 1 and 2: the consumers; 3: four more
 // epilogue warps. Registers move from the copier's and epilogue's warpgroups to the consumers'
 // (setmaxnreg; the consumers' products and addresses need 160 without spilling).
@@ -232,15 +243,30 @@ struct Smem {
 
 // What the copier copies for one tile: x rows [x_row, x_row + 128) and this CTA's weight tile,
 // rows [w_row, w_row + 128) of *w_map, into slot `rank` (0 or 1) of each stage in both CTAs.
+// With FP8 operands, w_scale: the scales of those weight rows.
 struct TileSource {
   int x_row;
   const CUtensorMap* w_map;
   int w_row;
+  const float* w_scale = nullptr;
+};
+
+// FP8 operands: the scale of each of x's `rows` rows (rows outside [0, rows) arrive as zeros and
+// take scale 0).
+struct RowScales {
+  const float* scale = nullptr;
+  int rows = 0;
+};
+// What a consumer thread scales its products by: its two rows' scales (rows r and r + 8 of its
+// warp's 16) and the two weight tiles' column scales.
+struct TileScales {
+  float x_lo, x_hi;
+  const float* w[2];
 };
 
 // The copier thread: every tile's k-blocks in turn through the ring. source(u) gives unit u's
 // TileSource for this CTA.
-template <class Source>
+template <bool kFp8, class Source>
 __device__ __forceinline__ void copy_tiles(const Smem& sm, const CUtensorMap* map_x, int first,
                                            int units, int stride, int k_blocks, uint32_t rank,
                                            Source source) {
@@ -253,8 +279,8 @@ __device__ __forceinline__ void copy_tiles(const Smem& sm, const CUtensorMap* ma
       const uint32_t at = sm.ring + stage * kStageBytes, bar = sm.full + 8 * stage;
       // Out-of-bounds rows (and k past K) arrive as zeros and count toward the bytes too.
       bar_expect(bar, kStageBytes);
-      tma_load(at, map_x, kb * kBlockK, src.x_row, bar);
-      tma_load_both(at + (1 + rank) * kTileBytes, src.w_map, kb * kBlockK, src.w_row, bar);
+      tma_load(at, map_x, kb * kBlockCols<kFp8>, src.x_row, bar);
+      tma_load_both(at + (1 + rank) * kTileBytes, src.w_map, kb * kBlockCols<kFp8>, src.w_row, bar);
       if (++stage == kStages) stage = 0, phase ^= 1;
     }
   }
@@ -263,11 +289,13 @@ __device__ __forceinline__ void copy_tiles(const Smem& sm, const CUtensorMap* ma
 // A consumer warpgroup (`half`: which 64 rows of the tile): one tile's products p0 (x times
 // weight tile 0) and p1, to the staging tile as bf16 once the epilogue is done with the
 // previous one. stage, phase: the ring's cursor, carried from tile to tile; parity: the tile's
-// count mod 2.
+// count mod 2. FP8: scales(half, warp, lane) gives the thread's TileScales; it is called while
+// the last k-block's products run, so that its loads wait beside them.
+template <bool kFp8, class Scales>
 __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blocks, int& stage,
                                              uint32_t& phase, uint32_t parity,
-                                             float (&p0)[kTileN / 8][4],
-                                             float (&p1)[kTileN / 8][4]) {
+                                             float (&p0)[kTileN / 8][4], float (&p1)[kTileN / 8][4],
+                                             Scales scales) {
   const int tid = int(threadIdx.x), warp = (tid % 128) / 32, lane = tid % 32;
   auto release = [&](int s) {
     if (lane == 0)
@@ -280,11 +308,18 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
     const uint32_t a = at + uint32_t(half) * 64 * 128;  // this warpgroup's 64 rows of x
     wgmma::fence();
 #pragma unroll
-    for (int k = 0; k < kBlockK / 16; ++k) {
+    for (int k = 0; k < 4; ++k) {  // k16 steps of bf16 or k32 steps of FP8: 32 bytes each
       const uint64_t da = wgmma::descriptor(a + 32 * k, 0, 1024);
+      const uint64_t db0 = wgmma::descriptor(at + kTileBytes + 32 * k, 0, 1024);
+      const uint64_t db1 = wgmma::descriptor(at + 2 * kTileBytes + 32 * k, 0, 1024);
       const bool acc = kb > 0 || k > 0;
-      wgmma::mma_ss_n128(p0, da, wgmma::descriptor(at + kTileBytes + 32 * k, 0, 1024), acc);
-      wgmma::mma_ss_n128(p1, da, wgmma::descriptor(at + 2 * kTileBytes + 32 * k, 0, 1024), acc);
+      if constexpr (kFp8) {
+        wgmma::mma_ss_n128_e4m3(p0, da, db0, acc);
+        wgmma::mma_ss_n128_e4m3(p1, da, db1, acc);
+      } else {
+        wgmma::mma_ss_n128(p0, da, db0, acc);
+        wgmma::mma_ss_n128(p1, da, db1, acc);
+      }
     }
     wgmma::commit();
     wgmma::wait<1>();  // the previous k-block's products are done with their stage
@@ -292,6 +327,8 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
     prev = stage;
     if (++stage == kStages) stage = 0, phase ^= 1;
   }
+  TileScales ts{};
+  if constexpr (kFp8) ts = scales(half, warp, lane);
   wgmma::wait<0>();
   release(prev);
 
@@ -306,8 +343,17 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
 #pragma unroll
     for (int q = 0; q < 4; ++q) {  // matrix q: column tile j + q / 2, rows + 8 (q % 2)
       const int jj = j + q / 2, e = 2 * (q % 2);
-      const __nv_bfloat162 v0 = __floats2bfloat162_rn(p0[jj][e], p0[jj][e + 1]);
-      const __nv_bfloat162 v1 = __floats2bfloat162_rn(p1[jj][e], p1[jj][e + 1]);
+      float2 s0 = make_float2(1.f, 1.f), s1 = s0;
+      if constexpr (kFp8) {  // column 8 jj + 2 (lane % 4) and the next: an aligned pair
+        const int c = 8 * jj + 2 * (lane % 4);
+        const float xs = e == 0 ? ts.x_lo : ts.x_hi;
+        const float2 w0 = __ldg(reinterpret_cast<const float2*>(ts.w[0] + c));
+        const float2 w1 = __ldg(reinterpret_cast<const float2*>(ts.w[1] + c));
+        s0 = make_float2(xs * w0.x, xs * w0.y);
+        s1 = make_float2(xs * w1.x, xs * w1.y);
+      }
+      const __nv_bfloat162 v0 = __floats2bfloat162_rn(p0[jj][e] * s0.x, p0[jj][e + 1] * s0.y);
+      const __nv_bfloat162 v1 = __floats2bfloat162_rn(p1[jj][e] * s1.x, p1[jj][e + 1] * s1.y);
       r0[q] = *reinterpret_cast<const uint32_t*>(&v0);
       r1[q] = *reinterpret_cast<const uint32_t*>(&v1);
     }
@@ -328,17 +374,18 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 // on), then the cluster's last sync. The GEMM has tiles_m row tiles and tiles_n column tiles,
 // walked in UnitOrder with `group`, and inner dimension K. source(place): this CTA's TileSource for
 // its Place in a unit; epilogue(e, place, parity): epilogue thread e's part of it, parity the
-// unit's count mod 2 (the staging barriers' phase).
-template <class Source, class Epilogue>
+// unit's count mod 2 (the staging barriers' phase). FP8 operands: x_scales, and each
+// TileSource's w_scale.
+template <bool kFp8 = false, class Source, class Epilogue>
 __device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map_x, int tiles_m,
                                           int tiles_n, int group, int K, Source source,
-                                          Epilogue epilogue) {
+                                          Epilogue epilogue, RowScales x_scales = {}) {
   const int tid = int(threadIdx.x);
   const int first = int(blockIdx.x) / kCluster, stride = int(gridDim.x) / kCluster;
   const uint32_t rank = cluster_rank();
   const UnitOrder order{(tiles_m + kCluster - 1) / kCluster, tiles_n, group};
   const int units = int(cluster_units(tiles_m, tiles_n));
-  const int k_blocks = (K + kBlockK - 1) / kBlockK;
+  const int k_blocks = (K + kBlockCols<kFp8> - 1) / kBlockCols<kFp8>;
   const auto place = [&](int u) {
     const int2 pc = order(u);
     return Place{pc.x * kCluster + int(rank), pc.y, rank};
@@ -351,14 +398,27 @@ __device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map
     int stage = 0;
     uint32_t phase = 0, parity = 0;
     float p0[kTileN / 8][4], p1[kTileN / 8][4];
-    for (int u = first; u < units; u += stride, parity ^= 1)
-      consume_tile(sm, tid / 128 - 1, k_blocks, stage, phase, parity, p0, p1);
+    for (int u = first; u < units; u += stride, parity ^= 1) {
+      // The unit's scales (FP8): its x rows' and both CTAs' weight tiles'.
+      const auto scales = [&](int half, int warp, int lane) {
+        const Place p = place(u);
+        const int r = source(p).x_row + half * 64 + warp * 16 + lane / 4;
+        const auto row_scale = [&](int row) {
+          return row >= 0 && row < x_scales.rows ? x_scales.scale[row] : 0.f;
+        };
+        return TileScales{row_scale(r),
+                          row_scale(r + 8),
+                          {source(Place{p.row_tile, p.col_tile, 0}).w_scale,
+                           source(Place{p.row_tile, p.col_tile, 1}).w_scale}};
+      };
+      consume_tile<kFp8>(sm, tid / 128 - 1, k_blocks, stage, phase, parity, p0, p1, scales);
+    }
   } else {
     give_up_regs();
     const int e = epilogue_index();
     if (tid == 0) {
-      copy_tiles(sm, map_x, first, units, stride, k_blocks, rank,
-                 [&](int u) { return source(place(u)); });
+      copy_tiles<kFp8>(sm, map_x, first, units, stride, k_blocks, rank,
+                       [&](int u) { return source(place(u)); });
     } else if (e >= 0) {
       uint32_t parity = 0;
       for (int u = first; u < units; u += stride, parity ^= 1) epilogue(e, place(u), parity);

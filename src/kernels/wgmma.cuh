@@ -1,4 +1,5 @@
-// Hopper warpgroup MMA (wgmma, sm_90a) for bf16 operands with fp32 accumulators: shared-memory
+// Hopper warpgroup MMA (wgmma, sm_90a) for bf16 (and, for the GEMMs, FP8 e4m3) operands with fp32
+// accumulators: shared-memory
 // matrix descriptors for the 128-byte-swizzled layout (the layout TMA's 128-byte swizzle writes
 // for 64-column boxes), m64n64k16 with A from shared memory or from registers, m64n80k16 and
 // m64n128k16 from shared memory, and m64n256k16 with A from registers. A warpgroup is 4 consecutive
@@ -142,6 +143,19 @@ __device__ __forceinline__ void mma_ss_n128(float (&d)[16][4], uint64_t a, uint6
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FLIDE_WGMMA_R64
       "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : FLIDE_WGMMA_D64("+f")
+      : "l"(a), "l"(b), "r"(int(accumulate)));
+}
+// d[64 x 128] = A[64 x 32] B[32 x 128] (+ d when accumulate) in FP8 e4m3, both operands from
+// shared memory, K-major: mma_ss_n128's step for the FP8 products (tma_gemm.cuh). A k32 step of
+// e4m3 is 32 bytes, as a k16 step of bf16 is, so the descriptors advance as they do for bf16. (FP8
+// operands have no transpose: both must be K-major.)
+__device__ __forceinline__ void mma_ss_n128_e4m3(float (&d)[16][4], uint64_t a, uint64_t b,
+                                                 bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FLIDE_WGMMA_R64
+      "}, %64, %65, p, 1, 1;\n}\n"
       : FLIDE_WGMMA_D64("+f")
       : "l"(a), "l"(b), "r"(int(accumulate)));
 }

@@ -100,20 +100,51 @@ __device__ __forceinline__ void norm_epilogue(const Smem& sm, const NormArgs& a,
   sm.release_staged(e);
 }
 
+// FP8 operands: h's row scales and w_z's (unused with bf16).
+struct ZScales {
+  RowScales h;
+  const float* w_z = nullptr;
+};
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     z_gated_rmsnorm_kernel(const __grid_constant__ CUtensorMap map_h,
                            const __grid_constant__ CUtensorMap map_wz, const NormArgs a, int K,
-                           int group) {
+                           int group, const ZScales scales) {
   extern __shared__ unsigned char smem_raw[];
   const Smem sm = Smem::carve(smem_raw);
-  run_units(
+  run_units<kFp8>(
       sm, &map_h, (a.M + kTileM - 1) / kTileM, a.Vd / kPairCols, group, K,
       [&](const Place& p) {
-        return TileSource{p.row_tile * kTileM, &map_wz, p.paired_w_row()};
+        const int w_row = p.paired_w_row();
+        return TileSource{p.row_tile * kTileM, &map_wz, w_row, scales.w_z + w_row};
       },
       [&](int e, const Place& p, uint32_t parity) {
         norm_epilogue(sm, a, e, p.row_tile * kTileM, p.col_tile * kPairCols, parity);
-      });
+      },
+      scales.h);
+}
+
+// The arguments checked and the launch, once h's and w_z's maps are made (bf16 or FP8).
+template <bool kFp8>
+cudaError_t launch_z_gated(const CUtensorMap& map_h, const CUtensorMap& map_wz, const bf16* o,
+                           const bf16* w, bf16* out, int64_t M, int64_t Vd, int64_t K, float eps,
+                           const ZScales& scales, cudaStream_t stream) {
+  NormArgs a;
+  a.o = o;
+  a.w = w;
+  a.out = out;
+  a.M = int(M);
+  a.Vd = int(Vd);
+  a.eps = eps;
+  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, Vd / kPairCols);
+  return launch<z_gated_rmsnorm_kernel<kFp8>>(units, stream, map_h, map_wz, a, int(K),
+                                              unit_group(Vd * K * (kFp8 ? 1 : 2)), scales);
+}
+
+// The kernel's row arithmetic is int: M plus a tile pair must fit.
+bool sizes_fit(int64_t M, int64_t Vd) {
+  return M <= INT32_MAX - kCluster * kTileM && Vd <= INT32_MAX;
 }
 
 }  // namespace
@@ -129,24 +160,28 @@ cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const
                             int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
                             cudaStream_t stream) {
   if (M == 0 || Vd == 0) return cudaSuccess;
-  // The kernel's row arithmetic is int: M plus a tile pair must fit.
-  if (!z_gated_rmsnorm_supported(h, w_z, o, w, out, Vd, K, head_dim) ||
-      M > INT32_MAX - kCluster * kTileM || Vd > INT32_MAX)
+  if (!z_gated_rmsnorm_supported(h, w_z, o, w, out, Vd, K, head_dim) || !sizes_fit(M, Vd))
     return cudaErrorInvalidValue;
-  NormArgs a;
-  a.o = o;
-  a.w = w;
-  a.out = out;
-  a.M = int(M);
-  a.Vd = int(Vd);
-  a.eps = eps;
   CUtensorMap map_h, map_wz;
   cudaError_t err = tile_map(map_h, h, M, K);
   if (err == cudaSuccess) err = tile_map(map_wz, w_z, Vd, K);
   if (err != cudaSuccess) return err;
-  const int64_t units = cluster_units((M + kTileM - 1) / kTileM, Vd / kPairCols);
-  return launch<z_gated_rmsnorm_kernel>(units, stream, map_h, map_wz, a, int(K),
-                                        unit_group(2 * Vd * K));
+  return launch_z_gated<false>(map_h, map_wz, o, w, out, M, Vd, K, eps, {}, stream);
+}
+
+cudaError_t z_gated_rmsnorm_fp8(Fp8Rows h, Fp8Rows w_z, const bf16* o, const bf16* w, bf16* out,
+                                int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
+                                cudaStream_t stream) {
+  if (M == 0 || Vd == 0) return cudaSuccess;
+  if (!z_gated_rmsnorm_supported(h.data, w_z.data, o, w, out, Vd, K, head_dim) || K % 16 != 0 ||
+      !sizes_fit(M, Vd) || !h.scale || !w_z.scale)
+    return cudaErrorInvalidValue;
+  CUtensorMap map_h, map_wz;
+  cudaError_t err = detail::tile_map_fp8(map_h, h.data, M, K);
+  if (err == cudaSuccess) err = detail::tile_map_fp8(map_wz, w_z.data, Vd, K);
+  if (err != cudaSuccess) return err;
+  return launch_z_gated<true>(map_h, map_wz, o, w, out, M, Vd, K, eps,
+                              ZScales{{h.scale, int(M)}, w_z.scale}, stream);
 }
 
 }  // namespace flide::kernels

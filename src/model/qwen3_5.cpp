@@ -144,6 +144,13 @@ class Qwen35Model final : public Model {
         w.attn.q_norm = b.bind(a + "q_norm.weight", {hd});
         w.attn.k_norm = b.bind(a + "k_norm.weight", {hd});
       }
+      // The fused products' weights, which a backend may also keep in lower precision
+      // (--quantization fp8); the output projections and the LM head stay as loaded.
+      const bool gdn = w.type == LayerType::LayerType_linear_attention;
+      for (const View& pw :
+           gdn ? std::vector<View>{w.mlp_gate, w.mlp_up, w.gdn.in_qkv, w.gdn.in_z}
+               : std::vector<View>{w.mlp_gate, w.mlp_up, w.attn.q, w.attn.k, w.attn.v})
+        ops.quantize_weight(pw);
       layers_.push_back(w);
     }
     info_.architecture = cfg_.architecture;

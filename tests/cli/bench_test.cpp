@@ -147,6 +147,10 @@ TEST(CliBenchTest, MistakesAreNamed) {
       {cfg + " --workload race_one --dtype bf16", "bf16 needs --device cuda"},
       {cfg + " --workload race_one --device cuda --dtype f64",
        "unknown dtype \"f64\" for --device cuda"},
+      {cfg + " --workload race_one --quantization fp8",
+       "--quantization fp8: the FP8 products run on the CUDA backend only (--device cuda)"},
+      {cfg + " --workload race_one --device cuda --quantization int4",
+       "--quantization: unknown method \"int4\" (fp8)"},
       {"bench --config " + shell_quote(FLIDE_SOURCE_DIR) + " --workload race_one",
        "is a directory; give the config.json file"},
   };

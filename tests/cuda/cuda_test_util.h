@@ -162,7 +162,8 @@ inline View rows_from(const View& v, int64_t r) {
 // The two backends with the same data on both.
 class Pair {
  public:
-  Pair() : gpu_(make_cuda_ops(0)), cpu_(make_cpu_ops(DType::DType_f64, 0)) {}
+  explicit Pair(Quantization quantization = Quantization::Quantization_none)
+      : gpu_(make_cuda_ops(0, false, quantization)), cpu_(make_cpu_ops(DType::DType_f64, 0)) {}
   Ops& gpu() { return *gpu_; }
   Ops& cpu() { return *cpu_; }
 

@@ -34,7 +34,8 @@ DType parse_dtype(const std::optional<std::string>& value, Device device) {
 
 BackendChoice parse_backend(const std::optional<std::string>& device,
                             const std::optional<std::string>& dtype,
-                            const std::optional<std::string>& threads, bool batch_invariant) {
+                            const std::optional<std::string>& threads, bool batch_invariant,
+                            const std::optional<std::string>& quantization) {
   BackendChoice backend;
   if (!device || *device == "cpu")
     backend.device = Device::Device_cpu;
@@ -45,6 +46,14 @@ BackendChoice parse_backend(const std::optional<std::string>& device,
   backend.dtype = parse_dtype(dtype, backend.device);
   backend.threads = parse_threads(threads);
   backend.batch_invariant = batch_invariant;
+  if (quantization) {
+    if (*quantization != "fp8")
+      throw Error(cat("--quantization: unknown method \"", *quantization, "\" (fp8)"));
+    if (backend.device != Device::Device_cuda)
+      throw Error(
+          "--quantization fp8: the FP8 products run on the CUDA backend only (--device cuda)");
+    backend.quantization = Quantization::Quantization_fp8;
+  }
   return backend;
 }
 
@@ -56,6 +65,7 @@ std::string backend_description(const BackendChoice& backend) {
   std::string out = cat(device_name(backend.device), " ", dtype_name(backend.dtype));
   if (backend.device == Device::Device_cpu) out += cat(" (", backend.threads, " threads)");
   if (backend.batch_invariant) out += ", batch-invariant";
+  if (backend.quantization == Quantization::Quantization_fp8) out += ", fp8 products";
   return out;
 }
 
@@ -83,7 +93,7 @@ std::unique_ptr<Ops> make_backend(const BackendChoice& backend) {
   if (backend.device == Device::Device_cpu)
     return make_cpu_ops(backend.dtype, backend.threads, backend.batch_invariant);
   try {
-    return make_cuda_ops(0, backend.batch_invariant);
+    return make_cuda_ops(0, backend.batch_invariant, backend.quantization);
   } catch (const Error& e) {
     throw Error(cat("--device cuda: ", e.what()));
   }

@@ -28,17 +28,19 @@ enum class Device : uint8_t { Device_cpu, Device_cuda };
 // Where and in what precision a command computes: --device cpu (default) with --dtype f32
 // (default) or f64 on --threads N cores, or --device cuda (device 0) in bf16, the only dtype
 // of the CUDA backend (--dtype bf16 or absent). --batch-invariant: a request's results do not
-// depend on what else shares its round (make_cpu_ops, make_cuda_ops).
+// depend on what else shares its round (make_cpu_ops, make_cuda_ops). --quantization fp8 (CUDA
+// only): the fused products on FP8 operands (make_cuda_ops' Quantization).
 struct BackendChoice {
   Device device = Device::Device_cpu;
   DType dtype = DType::DType_f32;
   int threads = 1;  // CPU only
   bool batch_invariant = false;
+  Quantization quantization = Quantization::Quantization_none;
 };
 BackendChoice parse_backend(const std::optional<std::string>& device,
                             const std::optional<std::string>& dtype,
-                            const std::optional<std::string>& threads,
-                            bool batch_invariant = false);
+                            const std::optional<std::string>& threads, bool batch_invariant = false,
+                            const std::optional<std::string>& quantization = std::nullopt);
 std::string_view device_name(Device device);
 // "cpu f32 (16 threads)", "cuda bf16"
 std::string backend_description(const BackendChoice& backend);

@@ -75,6 +75,9 @@ options:
                       cuda: pad the request to its capacity bucket and replay one CUDA graph
                       per bucket (default: on); both: time each mode without and with graphs
                       (no effect on cpu, which has no graphs)
+  --quantization fp8  cuda only: the fused products (MLP gate/up, GDN q/k/v and z, attention
+                      q/k/v) on FP8 e4m3 operands with per-row scales, as vLLM's
+                      --quantization fp8; the output projections stay bf16
   --batch-invariant   the serving mode whose results do not depend on the round's other
                       requests (flide serve --batch-invariant), to time what it costs
   --json              one JSON line instead of the table
@@ -307,6 +310,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                                        {"threads", true},
                                        {"graphs", true},
                                        {"batch-invariant", false},
+                                       {"quantization", true},
                                        {"json", false},
                                        {"profile", false},
                                        {"replay-ops", true},
@@ -318,8 +322,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // Everything the user typed is checked before a (possibly many-GB) model is loaded.
   const ModelSource source = parse_model_source(args);
   const WorkloadSpec spec = parse_workload(args.required("workload"));
-  const BackendChoice backend = parse_backend(args.value("device"), args.value("dtype"),
-                                              args.value("threads"), args.has("batch-invariant"));
+  const BackendChoice backend =
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"),
+                    args.has("batch-invariant"), args.value("quantization"));
   const std::vector<ExecMode> modes = parse_modes(args.value("mode"));
   std::vector<bool> graph_settings = parse_graph_settings(args.value("graphs"));
   const int64_t batch = parse_count(args.value("batch"), "batch", 1, 1, 4096);
@@ -401,14 +406,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
                              {"t1", w.t1}});
         runs[i]["replay"] = std::move(windows);
       }
-    json out = {{"workload", workload.description},
-                {"model", source.path.string()},
-                {"random_weights", random},
-                {"params", info.n_params},
-                {"load_s", load_s},
-                {"device", device_name(backend.device)},
-                {"dtype", dtype_name(backend.dtype)},
-                {"batch_invariant", backend.batch_invariant}};
+    json out = {
+        {"workload", workload.description},
+        {"model", source.path.string()},
+        {"random_weights", random},
+        {"params", info.n_params},
+        {"load_s", load_s},
+        {"device", device_name(backend.device)},
+        {"dtype", dtype_name(backend.dtype)},
+        {"batch_invariant", backend.batch_invariant},
+        {"quantization", backend.quantization == Quantization::Quantization_fp8 ? "fp8" : "none"}};
     if (backend.device == Device::Device_cpu) out["threads"] = backend.threads;
     out["seed"] = seed;
     out["trunk_tokens"] = workload.trunk_tokens;

@@ -54,6 +54,8 @@ options:
   --device cpu|cuda   where to compute (default: cpu; cuda: GPU 0)
   --dtype f32|f64|bf16
                       compute type: f32 (default) or f64 on cpu, bf16 (the only one) on cuda
+  --quantization fp8  cuda only: the fused products on FP8 e4m3 operands with per-row scales
+                      (flide bench --help says which), as vLLM's --quantization fp8
   --mode fork|independent
                       fork: each context computed once, questions forked from it (default);
                       independent: each question run on its own (the reference)
@@ -155,6 +157,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
                                        {"mode", true},
                                        {"threads", true},
                                        {"graphs", true},
+                                       {"quantization", true},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -163,7 +166,8 @@ int cmd_decide(const std::vector<std::string>& argv) {
   const ModelSource source = parse_model_source(args);
   const std::string input_path = args.required("input");
   const BackendChoice backend =
-      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"));
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"), false,
+                    args.value("quantization"));
   const ExecMode mode = parse_mode(args.value("mode"));
   const bool graphs = parse_on_off(args.value("graphs"), "graphs");
   const std::string input = read_file(input_path);

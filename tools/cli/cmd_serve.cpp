@@ -69,6 +69,9 @@ options:
                         most half of the requests waiting and running, so that steady clients
                         settle into rounds of equal size, not a small and a large one in turn
                         (default: on)
+  --quantization fp8    cuda only: the fused products (MLP gate/up, GDN q/k/v and z, attention
+                        q/k/v) on FP8 e4m3 operands with per-row scales, as vLLM's
+                        --quantization fp8; the output projections stay bf16
   --batch-invariant     a request's answers do not depend on what else shares its round
                         (server load), bit for bit; small rounds run slower (cuda: under
                         2,048 token rows)
@@ -137,6 +140,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"overlap-rounds", true},
                                        {"balance-rounds", true},
                                        {"batch-invariant", false},
+                                       {"quantization", true},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -144,8 +148,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   }
   // Everything the user typed is checked before binding a port or loading anything.
   const ModelSource source = parse_model_source(args);
-  const BackendChoice backend = parse_backend(args.value("device"), args.value("dtype"),
-                                              args.value("threads"), args.has("batch-invariant"));
+  const BackendChoice backend =
+      parse_backend(args.value("device"), args.value("dtype"), args.value("threads"),
+                    args.has("batch-invariant"), args.value("quantization"));
   const std::filesystem::path config_file =
       source.random ? source.path : source.path / "config.json";
   std::filesystem::path tokenizer_file;

@@ -113,7 +113,8 @@ void CudaOps::silu_mul(View gate, View up, View out) {
 
 // One GEMM (kernels::swiglu_gemm) where the kernel takes the shape, else Ops' three steps. The
 // fused kernel is batch-invariant by construction (a row's sums do not depend on M), so it needs
-// no pinned plan.
+// no pinned plan. With FP8 copies of both weights (fp8.cpp), x is quantized and the GEMM runs on
+// FP8 operands; so do the other fused products below.
 void CudaOps::swiglu(View x, View w_gate, View w_up, View out) {
   FLIDE_CHECK(x.cols == w_gate.cols && w_up.rows == w_gate.rows && w_up.cols == w_gate.cols &&
                   out.rows == x.rows && out.cols == w_gate.rows,
@@ -129,6 +130,13 @@ void CudaOps::swiglu(View x, View w_gate, View w_up, View out) {
   if (K == 0 || !kernels::swiglu_gemm_supported(xp, gp, up_p, op, N, K))
     return Ops::swiglu(x, w_gate, w_up, out);
   if (M == 0 || N == 0) return;
+  const kernels::Fp8Rows gate8 = fp8_weight(w_gate), up8 = fp8_weight(w_up);
+  if (gate8.data && up8.data) {
+    const kernels::Fp8Rows x8 = quantized(x);
+    if (!op_begin_shaped({x, w_gate, w_up, out}, {1}, M, 2 * N, K)) return;
+    launched(kernels::swiglu_gemm_fp8(x8, gate8, up8, op, M, N, K, stream_), "swiglu");
+    return;
+  }
   if (!op_begin_shaped({x, w_gate, w_up, out}, {}, M, 2 * N, K)) return;
   launched(kernels::swiglu_gemm(xp, gp, up_p, op, M, N, K, stream_), "swiglu");
 }
@@ -323,6 +331,18 @@ void CudaOps::attention_projections(View h, View w_q, View w_k, View w_v, View q
     return Ops::attention_projections(h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v, heads_q,
                                       heads_kv, head_dim, rot_dim, theta, eps);
   if (T == 0) return;
+  const kernels::Fp8Rows wq8 = fp8_weight(w_q), wk8 = fp8_weight(w_k), wv8 = fp8_weight(w_v);
+  if (wq8.data && wk8.data && wv8.data) {
+    const kernels::Fp8Rows h8 = quantized(h);
+    if (!op_begin_shaped({h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v},
+                         {heads_q, heads_kv, head_dim, rot_dim, 1}, T, 2 * (Cq + Ckv), K))
+      return;
+    launched(kernels::attention_projections_fp8(h8, wq8, wk8, wv8, qnp, knp, meta_.positions, qp,
+                                                gp, kp, vp, T, K, heads_q, heads_kv, head_dim,
+                                                rot_dim, float(eps), float(theta), stream_),
+             name);
+    return;
+  }
   if (!op_begin_shaped({h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v},
                        {heads_q, heads_kv, head_dim, rot_dim}, T, 2 * (Cq + Ckv), K))
     return;
@@ -395,10 +415,16 @@ void CudaOps::gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q,
   FLIDE_CHECK(!overlaps(q, x) && !overlaps(k, x) && !overlaps(v, x),
               "cuda gdn_qkv_conv: q, k and v must not overlap x");
   if (T == 0) return;
+  const kernels::Fp8Rows w8 = fp8_weight(w_qkv);
+  const kernels::Fp8Rows x8 = w8.data ? quantized(x) : kernels::Fp8Rows{};
   for (int level = 0; level < n_levels; ++level) {
-    if (!op_begin({x, w_qkv, w_conv, window, q, k, v}, {level, dim_k})) continue;
-    launched(kernels::gdn_qkv_conv(xp, wp, cp, winp, qp, kp, vp, T, H, int(Kd / dim_k), dim_k, Vd,
-                                   float(eps), level, meta_, stream_),
+    if (!op_begin({x, w_qkv, w_conv, window, q, k, v}, {level, dim_k, w8.data != nullptr}))
+      continue;
+    const int heads_k = int(Kd / dim_k);
+    launched(w8.data ? kernels::gdn_qkv_conv_fp8(x8, w8, cp, winp, qp, kp, vp, T, H, heads_k, dim_k,
+                                                 Vd, float(eps), level, meta_, stream_)
+                     : kernels::gdn_qkv_conv(xp, wp, cp, winp, qp, kp, vp, T, H, heads_k, dim_k, Vd,
+                                             float(eps), level, meta_, stream_),
              "gdn_qkv_conv");
   }
 }
@@ -421,6 +447,13 @@ void CudaOps::z_gated_rmsnorm(View o, View h, View w_z, View w, View out, double
   if (!kernels::z_gated_rmsnorm_supported(hp, zp, op, wp, outp, Vd, K, D))
     return Ops::z_gated_rmsnorm(o, h, w_z, w, out, eps);
   if (M == 0) return;
+  if (const kernels::Fp8Rows z8 = fp8_weight(w_z); z8.data) {
+    const kernels::Fp8Rows h8 = quantized(h);
+    if (!op_begin_shaped({o, h, w_z, w, out}, {1}, M, Vd, K)) return;
+    launched(kernels::z_gated_rmsnorm_fp8(h8, z8, op, wp, outp, M, Vd, K, D, float(eps), stream_),
+             "z_gated_rmsnorm");
+    return;
+  }
   if (!op_begin_shaped({o, h, w_z, w, out}, {}, M, Vd, K)) return;
   launched(kernels::z_gated_rmsnorm(hp, zp, op, wp, outp, M, Vd, K, D, float(eps), stream_),
            "z_gated_rmsnorm");

@@ -55,6 +55,7 @@
 #include "backend/ops.h"
 #include "backend/stream.h"
 #include "kernels/attention.h"
+#include "kernels/dense.h"
 #include "kernels/tree_meta.h"
 
 namespace flide {
@@ -64,8 +65,8 @@ void cuda_check(cudaError_t err, const char* what);
 
 class CudaOps final : public Ops {
  public:
-  // The device must exist (make_cuda_ops checks); batch_invariant: make_cuda_ops.
-  CudaOps(int device, bool batch_invariant);
+  // The device must exist (make_cuda_ops checks); batch_invariant, quantization: make_cuda_ops.
+  CudaOps(int device, bool batch_invariant, Quantization quantization);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
@@ -83,6 +84,7 @@ class CudaOps final : public Ops {
   void fill_zero(View dst) override;
   void set_stream(const Stream& stream) override;
   void synchronize() override;
+  void quantize_weight(View w) override;  // fp8.cpp
 
   bool asynchronous() const override { return true; }
   Readback download_async(View src) override;
@@ -259,6 +261,16 @@ class CudaOps final : public Ops {
 
   int device_ = 0;
   bool batch_invariant_ = false;  // make_cuda_ops; gemm.cpp
+
+  // FP8 products (fp8.cpp). quantize_weight keeps each named weight's e4m3 copy and row scales
+  // in the persistent arena, keyed by the bf16 weight's address (the bf16 copy stays: the
+  // unfused paths and the last layer's plain products read it).
+  Quantization quantization_ = Quantization::Quantization_none;
+  std::map<const void*, kernels::Fp8Rows> fp8_weights_;
+  // w's FP8 copy, or {} (no copy: the op runs in bf16).
+  kernels::Fp8Rows fp8_weight(View w) const;
+  // x [rows, cols] quantized into scratch for an FP8 product (an op of its own, "quantize_fp8").
+  kernels::Fp8Rows quantized(View x);
   cudaStream_t stream_ = nullptr;
   bool sync_check_ = false;
   bool profiling_ = false;

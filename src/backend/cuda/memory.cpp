@@ -82,8 +82,8 @@ void* CudaOps::add_block(Arena& arena, size_t bytes, bool zeroed, bool make_curr
   return p;
 }
 
-CudaOps::CudaOps(int device, bool batch_invariant)
-    : device_(device), batch_invariant_(batch_invariant) {
+CudaOps::CudaOps(int device, bool batch_invariant, Quantization quantization)
+    : device_(device), batch_invariant_(batch_invariant), quantization_(quantization) {
   try {
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -405,7 +405,7 @@ std::string CudaOps::describe() const {
   return line;
 }
 
-std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant) {
+std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant, Quantization quantization) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -417,7 +417,7 @@ std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant) {
   if (device < 0 || device >= count)
     throw Error(cat("cuda backend: CUDA device ", device, " does not exist (", count,
                     " device(s): 0..", count - 1, ")"));
-  return std::make_unique<CudaOps>(device, batch_invariant);
+  return std::make_unique<CudaOps>(device, batch_invariant, quantization);
 }
 
 }  // namespace flide

@@ -1,0 +1,218 @@
+// The fused products on FP8 operands (make_cuda_ops with Quantization_fp8, backend/cuda/fp8.cpp):
+// swiglu, z_gated_rmsnorm, gdn_qkv_conv and attention_projections, each checked two ways.
+//
+// Lossless operands: every row of x and of each weight is an e4m3 value times a power of two,
+// with one element at e4m3's largest (448), so quantize_rows_fp8 finds that power of two as the
+// row's scale and keeps every value exactly. The FP8 products then multiply the same numbers the
+// bf16 products do, and the two paths of one backend (the weight with an FP8 copy, and an
+// identical weight without one) may differ only where the tensor cores' FP8 accumulation moves
+// an output's bf16 rounding: Hopper's FP8 products accumulate in fewer bits than fp32, and on
+// the H200 the two paths differ by 1.8e-3 to 2.9e-3 relative RMS (about one bf16 step, 2^-8,
+// in half the outputs); 6e-3 is allowed. A wrong tile layout, k-block, scale or row moves
+// outputs by their own order.
+//
+// Random operands against the float64 reference: e4m3 keeps 3 mantissa bits, so each operand
+// rounds by up to 2^-4 relative (~3.6% RMS), and an output over K random terms carries ~5%:
+// kTolFp8 (0.1) bounds that, and the worst seen goes to the report (the figure FP8's accuracy is
+// stated with at the model level: bench/results).
+#include <array>
+#include <random>
+
+#include "cuda_test_util.h"
+#include "kernels/dense.h"
+
+namespace flide::test {
+namespace {
+
+constexpr double kTolFp8Lossless = 6e-3;
+constexpr double kTolFp8 = 0.1;
+
+// A random e4m3 value of magnitude 4 to 448 (exponent field 9-15), sign random.
+float random_e4m3(std::mt19937& gen) {
+  std::uniform_int_distribution<int> exp(9, 15), man(0, 7), sign(0, 1);
+  int e = exp(gen), m = man(gen);
+  if (e == 15 && m == 7) m = 6;  // 0x7f is NaN
+  const float v = std::ldexp(1.0f + float(m) / 8.0f, e - 7);
+  return sign(gen) ? -v : v;
+}
+
+// [rows, cols] values that quantize to FP8 without loss: row r is 2^(shift_r) times e4m3 values,
+// one of them +-448.
+std::vector<float> lossless(std::mt19937& gen, int64_t rows, int64_t cols, int lo_shift,
+                            int hi_shift) {
+  std::uniform_int_distribution<int> shift(lo_shift, hi_shift);
+  std::uniform_int_distribution<int64_t> at(0, cols - 1);
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int s = shift(gen);
+    float* row = out.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) row[c] = std::ldexp(random_e4m3(gen), s);
+    row[at(gen)] = std::ldexp(gen() % 2 ? 448.0f : -448.0f, s);
+  }
+  return out;
+}
+
+// A copy of w's values with no FP8 copy kept: the op runs in bf16 with it.
+Pair::Buf unquantized_twin(Pair& p, const Pair::Buf& w) {
+  Pair::Buf twin{p.gpu().alloc(w.gpu.rows, w.gpu.cols), w.cpu};
+  const Vec host = p.got(w);
+  const std::vector<float> values(host.begin(), host.end());
+  p.gpu().upload(twin.gpu, values.data());
+  return twin;
+}
+
+class CudaFp8 : public CudaTestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    CudaTestWithParam<bool>::SetUp();
+    if (!IsSkipped()) pair_ = std::make_unique<Pair>(Quantization::Quantization_fp8);
+  }
+  Pair& p() { return *pair_; }
+
+  bool lossless_ = GetParam();
+  std::mt19937 gen_{std::random_device{}()};
+  std::unique_ptr<Pair> pair_;  // made once the device is known to be there
+
+  // x [rows, cols]: activations of order 1, or lossless ones.
+  Pair::Buf activations(int64_t rows, int64_t cols) {
+    return p().put(
+        rows, cols,
+        lossless_ ? lossless(gen_, rows, cols, -9, -7) : random_floats(gen_, rows * cols, -1, 1));
+  }
+  // A weight [rows, cols] of products of order `scale` x sqrt(cols) with the activations, with
+  // its FP8 copy kept.
+  Pair::Buf weight(int64_t rows, int64_t cols, double scale) {
+    const int shift = int(std::floor(std::log2(scale))) - 8;
+    Pair::Buf w = p().put(rows, cols,
+                          lossless_ ? lossless(gen_, rows, cols, shift - 1, shift)
+                                    : random_floats(gen_, rows * cols, -scale, scale));
+    p().gpu().quantize_weight(w.gpu);
+    return w;
+  }
+  // The FP8 outputs against the float64 reference (random operands) or against the bf16 path's
+  // (lossless ones, bf16_out).
+  void check(const std::string& op, const Pair::Buf& out, const Vec& bf16_out,
+             const std::string& context) {
+    if (lossless_)
+      expect_rms(op + " fp8 vs bf16 (lossless operands)", p().got(out), bf16_out, kTolFp8Lossless,
+                 context);
+    else
+      expect_rms(op + " fp8 vs float64", p().got(out), p().ref(out), kTolFp8, context);
+  }
+};
+
+TEST_P(CudaFp8, Swiglu) {
+  for (const auto& [M, N, K] :
+       {std::tuple<int64_t, int64_t, int64_t>{300, 3584, 1024}, {257, 256, 208}, {1, 128, 64}}) {
+    const double scale = 2.0 / std::sqrt(double(K));
+    auto x = activations(M, K);
+    auto wg = weight(N, K, scale), wu = weight(N, K, scale);
+    auto out = p().poison(M, N), out16 = p().poison(M, N);
+    Ops& gpu = p().gpu();
+    EXPECT_EQ(ops_run(gpu, [&] { gpu.swiglu(x.gpu, wg.gpu, wu.gpu, out.gpu); }),
+              (std::set<std::string>{"quantize_fp8", "swiglu"}));
+    gpu.swiglu(x.gpu, unquantized_twin(p(), wg).gpu, unquantized_twin(p(), wu).gpu, out16.gpu);
+    p().cpu().swiglu(x.cpu, wg.cpu, wu.cpu, out.cpu);
+    check("swiglu", out, p().got(out16), cat("M ", M, " N ", N, " K ", K));
+  }
+}
+
+TEST_P(CudaFp8, ZGatedRmsnorm) {
+  for (const auto& [M, heads, K] :
+       {std::tuple<int64_t, int64_t, int64_t>{300, 16, 1024}, {130, 2, 208}}) {
+    const int64_t D = 128, Vd = heads * D;
+    auto h = activations(M, K);
+    auto wz = weight(Vd, K, 3.0 / std::sqrt(double(K)));
+    auto o = p().put(M, Vd, random_floats(gen_, M * Vd, -2, 1));
+    auto w = p().put(1, D, random_floats(gen_, D, 0.5, 1.5));
+    auto out = p().poison(M, Vd), out16 = p().poison(M, Vd);
+    Ops& gpu = p().gpu();
+    EXPECT_EQ(
+        ops_run(gpu, [&] { gpu.z_gated_rmsnorm(o.gpu, h.gpu, wz.gpu, w.gpu, out.gpu, 1e-6); }),
+        (std::set<std::string>{"quantize_fp8", "z_gated_rmsnorm"}));
+    gpu.z_gated_rmsnorm(o.gpu, h.gpu, unquantized_twin(p(), wz).gpu, w.gpu, out16.gpu, 1e-6);
+    p().cpu().z_gated_rmsnorm(o.cpu, h.cpu, wz.cpu, w.cpu, out.cpu, 1e-6);
+    check("z_gated_rmsnorm", out, p().got(out16), cat("M ", M, " Vd ", Vd, " K ", K));
+  }
+}
+
+// A trunk of 1,200 rows and short questions: row tiles cut across nodes and levels.
+std::vector<NodeSpec> trunk_and_questions() {
+  std::vector<NodeSpec> nodes{NodeSpec{-1, 1200}};
+  for (int i = 0; i < 6; ++i) nodes.push_back(NodeSpec{0, 40 + 13 * i});
+  return nodes;
+}
+
+TEST_P(CudaFp8, GdnQkvConv) {
+  const int64_t Dk = 128, heads_k = 16, Kd = heads_k * Dk, Vd = 2048, C = 2 * Kd + Vd, H = 1024;
+  const int64_t W = 3 * C;
+  const Stream s = build_stream(trunk_and_questions(), 0, gen_);
+  const int64_t T = s.n_tokens(), slots = std::max(s.n_slots, 1);
+  p().set_stream(s);
+  auto x = activations(T, H);
+  auto wq = weight(C, H, 2.0 / std::sqrt(double(H)));
+  auto w = p().put(C, 4, random_floats(gen_, C * 4, -1, 1));
+  Ops& gpu = p().gpu();
+  const auto w_conv_of = [&](const Ops& ops) { return &ops == &gpu ? w.gpu : w.cpu; };
+  // q, k, v and the windows (zeroed, outside the profiled op).
+  const auto outputs = [&](Ops& ops) {
+    std::array<View, 4> outs{ops.alloc(T, Kd), ops.alloc(T, Kd), ops.alloc(T, Vd),
+                             ops.alloc(slots, W)};
+    ops.fill_zero(outs[3]);
+    return outs;
+  };
+  const auto run = [&](Ops& ops, const std::array<View, 4>& outs, View x_v, View w_qkv) {
+    ops.gdn_qkv_conv(x_v, w_qkv, w_conv_of(ops), outs[3], outs[0], outs[1], outs[2], int(Dk), 1e-6,
+                     s.n_levels());
+  };
+  const auto fp8_outs = outputs(gpu), bf16_outs = outputs(gpu), ref_outs = outputs(p().cpu());
+  EXPECT_EQ(ops_run(gpu, [&] { run(gpu, fp8_outs, x.gpu, wq.gpu); }),
+            (std::set<std::string>{"quantize_fp8", "gdn_qkv_conv"}));
+  run(gpu, bf16_outs, x.gpu, unquantized_twin(p(), wq).gpu);
+  run(p().cpu(), ref_outs, x.cpu, wq.cpu);
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    const Pair::Buf out{fp8_outs[i], ref_outs[i]};
+    check(cat("gdn_qkv_conv ", names[i]), out, p().got(bf16_outs[i]), cat("T ", T));
+  }
+}
+
+TEST_P(CudaFp8, AttentionProjections) {
+  const int hq = 8, hkv = 2, hd = 256, rot = 64;
+  const int64_t K = 1024, Cq = int64_t(hq) * hd, Ckv = int64_t(hkv) * hd;
+  const Stream s = build_stream(trunk_and_questions(), 0, gen_);
+  const int64_t T = s.n_tokens();
+  p().set_stream(s);
+  const double ws = 2.0 / std::sqrt(double(K)), theta = 1e7, eps = 1e-6;
+  auto h = activations(T, K);
+  auto wq = weight(2 * Cq, K, ws), wk = weight(Ckv, K, ws), wv = weight(Ckv, K, ws);
+  auto qn = p().put(1, hd, random_floats(gen_, hd, -0.5, 0.5));
+  auto kn = p().put(1, hd, random_floats(gen_, hd, -0.5, 0.5));
+  Ops& gpu = p().gpu();
+  const auto run = [&](Ops& ops, View h_v, View q_w, View k_w, View v_w, View q_n, View k_n) {
+    std::array<View, 4> outs{ops.alloc(T, Cq), ops.alloc(T, Cq), ops.alloc(T, Ckv),
+                             ops.alloc(T, Ckv)};
+    ops.attention_projections(h_v, q_w, k_w, v_w, q_n, k_n, outs[0], outs[1], outs[2], outs[3], hq,
+                              hkv, hd, rot, theta, eps);
+    return outs;
+  };
+  std::array<View, 4> fp8_outs;
+  EXPECT_EQ(
+      ops_run(gpu, [&] { fp8_outs = run(gpu, h.gpu, wq.gpu, wk.gpu, wv.gpu, qn.gpu, kn.gpu); }),
+      (std::set<std::string>{"quantize_fp8", "attention_projections"}));
+  const auto bf16_outs =
+      run(gpu, h.gpu, unquantized_twin(p(), wq).gpu, unquantized_twin(p(), wk).gpu,
+          unquantized_twin(p(), wv).gpu, qn.gpu, kn.gpu);
+  const auto ref_outs = run(p().cpu(), h.cpu, wq.cpu, wk.cpu, wv.cpu, qn.cpu, kn.cpu);
+  const char* names[4] = {"q", "gate", "k", "v"};
+  for (int i = 0; i < 4; ++i) {
+    const Pair::Buf out{fp8_outs[i], ref_outs[i]};
+    check(cat("attention_projections ", names[i]), out, p().got(bf16_outs[i]), cat("T ", T));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Operands, CudaFp8, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Lossless" : "Random"; });
+
+}  // namespace
+}  // namespace flide::test
