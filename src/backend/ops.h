@@ -117,6 +117,13 @@ class Ops {
   // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (unit_offset ? 1 + w : w); w is [1, x.cols].
   // out may alias x (in-place normalisation).
   virtual void rmsnorm(View x, View w, View out, double eps, bool unit_offset) = 0;
+  // rmsnorm whose output the fused products (swiglu, gdn_qkv_conv, z_gated_rmsnorm,
+  // attention_projections) read next, the caller writing nothing into it before they have and
+  // making no other such norm until they have: a backend that runs them on FP8 operands writes
+  // their FP8 form in the same pass (CUDA under Quantization_fp8).
+  virtual void rmsnorm_into_products(View x, View w, View out, double eps, bool unit_offset) {
+    rmsnorm(x, w, out, eps, unit_offset);
+  }
   // out[R, N] = x[R, K] . w[N, K]^T
   virtual void matmul(View x, View w, View out) = 0;
   // acc[R, N] += x[R, K] . w[N, K]^T, added in the product's accumulation (CUDA: fp32, acc's

@@ -17,6 +17,8 @@
 // normalised value in fp32 before multiplying by w, where HF rounds it to bf16 first (spec
 // §4 step 8); the difference is below one bf16 ulp of the output. rsqrtf is the hardware
 // approximation (~2 ulp fp32), as torch.rsqrt is on the GPU.
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
 #include "kernels/bf16x8.cuh"
@@ -242,7 +244,113 @@ cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaS
              : launch_norm<Op, false>(op, rows, dim, stream);
 }
 
+// rmsnorm and quantize_rows_fp8 of its output in one pass, for rows of up to kFp8MaxChunks chunks
+// (a warp a row, V chunks a lane, the packed launch of launch_norm): the same sums in the same
+// order, so out gets rmsnorm's bits and q and scale quantize_rows_fp8's of out. The row's largest
+// rounded value sets its scale once the whole row is in registers.
+constexpr int kFp8MaxChunks = 128;
+constexpr float kE4m3Max = 448.f;  // quantize_fp8.cu's
+
+template <int V>
+__global__ void __launch_bounds__(kPackedThreads, kPackedBlocksPerSm)
+    rmsnorm_fp8_kernel(RmsNormOp op, int64_t rows, int64_t dim, uint8_t* q, float* scale) {
+  constexpr int kGroup = 32;
+  const int lane = int(threadIdx.x) % kGroup;
+  const int rows_per_block = int(blockDim.x) / kGroup;
+  const int64_t n_chunks = dim / 8;
+  Raw<8> wc[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int64_t c = lane + int64_t(v) * kGroup;
+    if (c < n_chunks) wc[v] = op.load_w(8 * c, 8, true);
+  }
+  for (int64_t first = int64_t(blockIdx.x) * rows_per_block; first < rows;
+       first += int64_t(gridDim.x) * rows_per_block) {
+    const int64_t r = first + int(threadIdx.x) / kGroup;  // a warp's rows: live or not as one
+    if (r >= rows) continue;
+    Raw<8> cache[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = lane + int64_t(v) * kGroup;
+      if (c < n_chunks) cache[v] = op.load(r, dim, 8 * c, 8, true);
+    }
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = lane + int64_t(v) * kGroup;
+      if (c < n_chunks) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) sum_sq = fmaf(raw_at(cache[v], k), raw_at(cache[v], k), sum_sq);
+      }
+    }
+    sum_sq = detail::group_sum_lanes(sum_sq, kGroup);
+    const float s = op.scale(sum_sq, dim);
+    float y[V][8];
+    float amax = 0.f;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = lane + int64_t(v) * kGroup;
+      if (c >= n_chunks) continue;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float wk = raw_at(wc[v], k);
+        y[v][k] = raw_at(cache[v], k) * s * (op.unit_offset ? 1.f + wk : wk);
+      }
+      store8(op.out + r * dim + 8 * c, 8, true, y[v]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k)  // the stored value
+        amax = fmaxf(amax, fabsf(__bfloat162float(__float2bfloat16_rn(y[v][k]))));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float row_scale = amax > 0.f ? amax / kE4m3Max : 1.f;
+    const float inv = 1.f / row_scale;
+    if (lane == 0) scale[r] = row_scale;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = lane + int64_t(v) * kGroup;
+      if (c >= n_chunks) continue;
+      uint16_t pairs[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float a = __bfloat162float(__float2bfloat16_rn(y[v][2 * k]));
+        const float b = __bfloat162float(__float2bfloat16_rn(y[v][2 * k + 1]));
+        pairs[k] =
+            __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+      }
+      *reinterpret_cast<uint2*>(q + r * dim + 8 * c) =
+          make_uint2(uint32_t(pairs[0]) | uint32_t(pairs[1]) << 16,
+                     uint32_t(pairs[2]) | uint32_t(pairs[3]) << 16);
+    }
+  }
+}
+
 }  // namespace
+
+bool rmsnorm_fp8_supported(const void* x, const void* w, const void* out, const void* q,
+                           int64_t dim) {
+  return dim > 0 && dim % 16 == 0 && dim / 8 > 32 && dim / 8 <= kFp8MaxChunks &&
+         detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(out) &&
+         detail::aligned16(q);
+}
+
+cudaError_t rmsnorm_fp8(const bf16* x, const bf16* w, bf16* out, uint8_t* q, float* scale,
+                        int64_t rows, int64_t dim, float eps, bool unit_offset,
+                        cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (!rmsnorm_fp8_supported(x, w, out, q, dim) || !scale) return cudaErrorInvalidValue;
+  int sms = 0;
+  if (const cudaError_t err = detail::multiprocessors(sms); err != cudaSuccess) return err;
+  const int blocks =
+      std::min(detail::blocks_for(rows, kPackedThreads / 32), sms * kPackedBlocksPerSm);
+  const RmsNormOp op{x, w, out, eps, unit_offset};
+  // launch_norm's choice of V for a warp a row: rmsnorm's sums, term for term.
+  if (dim / 8 <= 64)
+    rmsnorm_fp8_kernel<2><<<blocks, kPackedThreads, 0, stream>>>(op, rows, dim, q, scale);
+  else
+    rmsnorm_fp8_kernel<4><<<blocks, kPackedThreads, 0, stream>>>(op, rows, dim, q, scale);
+  return cudaGetLastError();
+}
 
 cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64_t dim, float eps,
                     bool unit_offset, cudaStream_t stream) {

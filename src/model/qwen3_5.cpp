@@ -192,7 +192,9 @@ class Qwen35Model final : public Model {
     View h = ops_.scratch(T, H);   // the input norm of the residual: what the next mixer reads
     View hn = ops_.scratch(R, H);  // the final norm of the out rows
     ops_.embed(embed_, x);
-    ops_.rmsnorm(x, layers_[0].input_norm, h, eps, true);
+    // The norms that feed the fused products say so (Ops::rmsnorm_into_products); the final norm
+    // feeds the LM head.
+    ops_.rmsnorm_into_products(x, layers_[0].input_norm, h, eps, true);
     // The last eighth of the layers (at least one) is the round's tail: long enough on the
     // device for the host to prepare the next round (a few percent of a round) while it runs.
     // A quarter or a half served no faster (bench/results/2026-12-02-served-power-tail.md).
@@ -213,9 +215,12 @@ class Qwen35Model final : public Model {
       else
         attention(w.attn, h, x, last);
       View n = ops_.scratch(x.rows, H);
-      ops_.rmsnorm(x, w.post_norm, n, eps, true);
+      ops_.rmsnorm_into_products(x, w.post_norm, n, eps, true);
       mlp(w, n, x);
-      ops_.rmsnorm(x, last ? final_norm_ : layers_[l + 1].input_norm, last ? hn : h, eps, true);
+      if (last)
+        ops_.rmsnorm(x, final_norm_, hn, eps, true);
+      else
+        ops_.rmsnorm_into_products(x, layers_[l + 1].input_norm, h, eps, true);
       ops_.scratch_rewind(layer_start);
     }
     in_flight_.push_back(readout(s, hn));

@@ -108,6 +108,16 @@ inline int64_t first_difference(const Vec& got, const Vec& ref) {
   return -1;
 }
 
+// Total variation distance of two distributions over the same options, and the top option.
+inline double tvd(const std::vector<double>& p, const std::vector<double>& q) {
+  double sum = 0;
+  for (size_t i = 0; i < p.size() && i < q.size(); ++i) sum += std::abs(p[i] - q[i]);
+  return 0.5 * sum;
+}
+inline size_t argmax(const std::vector<double>& p) {
+  return size_t(std::max_element(p.begin(), p.end()) - p.begin());
+}
+
 // The worst error per op against its tolerance, printed once at the end of the run.
 class CudaReport : public ::testing::Environment {
  public:

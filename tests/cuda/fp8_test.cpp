@@ -211,6 +211,41 @@ TEST_P(CudaFp8, AttentionProjections) {
   }
 }
 
+// The norm that feeds the products writes their FP8 form in its own pass: its bf16 output is
+// rmsnorm's, bit for bit, and the product that reads that form gives the bits it gives after a
+// plain rmsnorm and the separate quantization (the same arithmetic). Hidden sizes of a warp a row
+// (1,024: four chunks a lane; 512: two) take the fused pass, 2,560 the two launches.
+TEST_P(CudaFp8, NormIntoProductsMatchesNormThenQuantize) {
+  Ops& gpu = p().gpu();
+  for (const int64_t H : {int64_t(1024), int64_t(512), int64_t(2560)}) {
+    const int64_t M = 300, N = 256;
+    auto x = p().put(M, H, random_floats(gen_, M * H, -2, 2));
+    auto w = p().put(1, H, random_floats(gen_, H, -0.5, 0.5));
+    auto wg = weight(N, H, 2.0 / std::sqrt(double(H))),
+         wu = weight(N, H, 2.0 / std::sqrt(double(H)));
+    View h_fused = gpu.alloc(M, H), h_plain = gpu.alloc(M, H);
+    View out_fused = gpu.alloc(M, N), out_plain = gpu.alloc(M, N);
+    const bool fused =
+        kernels::rmsnorm_fp8_supported(x.gpu.data, w.gpu.data, h_fused.data, h_fused.data, H);
+    EXPECT_EQ(fused, H <= 1024) << "H " << H;
+    const auto ran = ops_run(gpu, [&] {
+      gpu.rmsnorm_into_products(x.gpu, w.gpu, h_fused, 1e-6, true);
+      gpu.swiglu(h_fused, wg.gpu, wu.gpu, out_fused);
+    });
+    const std::set<std::string> expected =
+        fused ? std::set<std::string>{"rmsnorm_fp8", "swiglu"}
+              : std::set<std::string>{"rmsnorm", "quantize_fp8", "swiglu"};
+    EXPECT_EQ(ran, expected);
+    gpu.rmsnorm(x.gpu, w.gpu, h_plain, 1e-6, true);
+    gpu.swiglu(h_plain, wg.gpu, wu.gpu, out_plain);
+    const std::string context = cat("H ", H);
+    expect_exact("rmsnorm_into_products against rmsnorm", p().got(h_fused), p().got(h_plain),
+                 context);
+    expect_exact("swiglu after rmsnorm_into_products against after rmsnorm", p().got(out_fused),
+                 p().got(out_plain), context);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Operands, CudaFp8, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Lossless" : "Random"; });
 

@@ -30,16 +30,6 @@ namespace {
 
 const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
 
-double tvd(const std::vector<double>& p, const std::vector<double>& q) {
-  double sum = 0;
-  for (size_t i = 0; i < p.size() && i < q.size(); ++i) sum += std::abs(p[i] - q[i]);
-  return 0.5 * sum;
-}
-
-size_t argmax(const std::vector<double>& p) {
-  return size_t(std::max_element(p.begin(), p.end()) - p.begin());
-}
-
 // The q-quantile (nearest rank) of v; 0 for an empty v.
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;

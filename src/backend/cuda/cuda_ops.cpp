@@ -505,19 +505,7 @@ void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View ou
               "cuda gdn: head dims ", Dk, "x", Dv,
               " (the kernel takes Dk, Dv in {8, 12, 16, 24}, or both 128)");
   if (T == 0) return;
-  const size_t need = kernels::gdn_workspace_bytes(T, heads_v);
-  if (need > gdn_workspace_cap_) {  // queued calls may still use the old buffer
-    FLIDE_CHECK(graph_mode_ == GraphMode::GraphMode_eager,
-                "cuda gdn: the workspace must grow inside a graph (its bucket ran eagerly first)");
-    ++memory_epoch_;
-    cuda_check(cudaStreamSynchronize(stream_), "gdn (an earlier op failed)");
-    if (gdn_workspace_) cuda_check(cudaFree(gdn_workspace_), "gdn: cudaFree");
-    gdn_workspace_ = nullptr;
-    const size_t cap = std::max(need, 2 * gdn_workspace_cap_);
-    gdn_workspace_cap_ = 0;
-    cuda_check(cudaMalloc(&gdn_workspace_, cap), cat("gdn: workspace of ", cap, " bytes").c_str());
-    gdn_workspace_cap_ = cap;
-  }
+  grow(gdn_workspace_, gdn_workspace_cap_, kernels::gdn_workspace_bytes(T, heads_v), "gdn");
   if (!op_begin({q, k, v, g, beta, state, out}, {level, heads_k, heads_v})) return;
   launched(kernels::gdn_chunked(qp, kp, vp, gp, betap, sp, op, gdn_workspace_, heads_k, heads_v,
                                 dim_k, dim_v, level, meta_, stream_),

@@ -94,6 +94,8 @@ class CudaOps final : public Ops {
 
   void embed(View table, View out) override;
   void rmsnorm(View x, View w, View out, double eps, bool unit_offset) override;
+  void rmsnorm_into_products(View x, View w, View out, double eps,
+                             bool unit_offset) override;  // fp8.cpp
   void matmul(View x, View w, View out) override;
   void matmul_add(View x, View w, View acc) override;
   void silu_mul(View gate, View up, View out) override;
@@ -269,8 +271,19 @@ class CudaOps final : public Ops {
   std::map<const void*, kernels::Fp8Rows> fp8_weights_;
   // w's FP8 copy, or {} (no copy: the op runs in bf16).
   kernels::Fp8Rows fp8_weight(View w) const;
-  // x [rows, cols] quantized into scratch for an FP8 product (an op of its own, "quantize_fp8").
+  // x [rows, cols] in FP8 for a product: the latest rmsnorm_into_products' output when x is that
+  // very view, else quantized into scratch (an op of its own, "quantize_fp8").
   kernels::Fp8Rows quantized(View x);
+  // The FP8 form rmsnorm_into_products wrote beside its output (rows x cols bytes, then the row
+  // scales) in one buffer of its own, which the next such norm overwrites: the model reads
+  // each norm's output before it makes the next. Cleared by set_stream and reset_scratch.
+  struct NormFp8 {
+    const void* of = nullptr;  // the norm's output
+    int64_t rows = 0, cols = 0;
+  };
+  NormFp8 norm_fp8_;
+  void* norm_fp8_buf_ = nullptr;
+  size_t norm_fp8_cap_ = 0;
   cudaStream_t stream_ = nullptr;
   bool sync_check_ = false;
   bool profiling_ = false;
@@ -324,6 +337,8 @@ class CudaOps final : public Ops {
   // stream to free the old one) when a call needs more, i.e. in the first round of a size.
   void* gdn_workspace_ = nullptr;
   size_t gdn_workspace_cap_ = 0;
+  // buffer to at least `need` bytes (at least doubling), in eager mode only (memory.cpp).
+  void grow(void*& buffer, size_t& cap, size_t need, const char* op);
 
   // cuBLASLt: one handle, a 32 MiB workspace, and per shape its descriptors and chosen algo.
   // A shape for which cuBLASLt's heuristic offers no algorithm runs through cublasGemmEx

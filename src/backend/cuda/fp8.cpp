@@ -1,6 +1,8 @@
 // The FP8 products (make_cuda_ops with Quantization_fp8): the fused products' weights quantized
-// once at load (quantize_weight), their activations each round (quantized). Both go through
-// kernels::quantize_rows_fp8: a scale per row, the row's largest magnitude mapped to e4m3's 448.
+// once at load (quantize_weight), their activations each round, in the norm that makes them
+// (rmsnorm_into_products) or on their own (quantized). All of them as
+// kernels::quantize_rows_fp8 quantizes: a scale per row, the row's largest magnitude mapped to
+// e4m3's 448.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_ops.h"
@@ -31,9 +33,44 @@ kernels::Fp8Rows CudaOps::fp8_weight(View w) const {
   return it == fp8_weights_.end() ? kernels::Fp8Rows{} : it->second;
 }
 
+namespace {
+
+// Where a norm's row scales start in its FP8 buffer: after the rows' bytes, 16-byte aligned.
+size_t norm_scales_at(int64_t rows, int64_t cols) {
+  return size_t(rows * cols + 15) / 16 * 16;
+}
+
+}  // namespace
+
+// A norm's FP8 form costs its bytes once more on the way out, where quantizing its output apart
+// read them back (65 passes of ~26 us a QuALITY round of 4 on the 0.8B model).
+void CudaOps::rmsnorm_into_products(View x, View w, View out, double eps, bool unit_offset) {
+  norm_fp8_ = {};
+  const bool fp8 = quantization_ == Quantization::Quantization_fp8 &&
+                   x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16 &&
+                   out.dtype == DType::DType_bf16 && w.size() == x.cols && out.rows == x.rows &&
+                   out.cols == x.cols &&
+                   kernels::rmsnorm_fp8_supported(x.data, w.data, out.data, x.data, x.cols);
+  if (!fp8 || x.rows == 0) return rmsnorm(x, w, out, eps, unit_offset);
+  const size_t scales_at = norm_scales_at(x.rows, x.cols);
+  grow(norm_fp8_buf_, norm_fp8_cap_, scales_at + size_t(x.rows) * sizeof(float), "rmsnorm_fp8");
+  norm_fp8_ = {out.data, out.rows, out.cols};
+  if (!op_begin({x, w, out})) return;
+  uint8_t* q = static_cast<uint8_t*>(norm_fp8_buf_);
+  launched(kernels::rmsnorm_fp8(
+               static_cast<const __nv_bfloat16*>(x.data), static_cast<const __nv_bfloat16*>(w.data),
+               static_cast<__nv_bfloat16*>(out.data), q, reinterpret_cast<float*>(q + scales_at),
+               x.rows, x.cols, float(eps), unit_offset, stream_),
+           "rmsnorm_fp8");
+}
+
 kernels::Fp8Rows CudaOps::quantized(View x) {
   FLIDE_CHECK(x.dtype == DType::DType_bf16 && x.cols % 16 == 0, "cuda quantized: x [", x.rows, ", ",
               x.cols, "] ", dtype_name(x.dtype), " (bf16 rows of a multiple of 16)");
+  if (norm_fp8_.of == x.data && norm_fp8_.rows == x.rows && norm_fp8_.cols == x.cols) {
+    const uint8_t* q = static_cast<const uint8_t*>(norm_fp8_buf_);
+    return {q, reinterpret_cast<const float*>(q + norm_scales_at(x.rows, x.cols))};
+  }
   const View data = scratch(x.rows, x.cols / 2), scale = scratch_f32(x.rows, 1);
   const kernels::Fp8Rows q{static_cast<const uint8_t*>(data.data),
                            static_cast<const float*>(scale.data)};

@@ -137,10 +137,11 @@ void CudaOps::release() noexcept {
     for (void* p : arena->blocks) cudaFree(p);
     *arena = Arena{};
   }
-  for (void* p : {gemm_workspace_, gdn_workspace_, meta_dev_, stage_dev_[0], stage_dev_[1]})
+  for (void* p :
+       {gemm_workspace_, gdn_workspace_, norm_fp8_buf_, meta_dev_, stage_dev_[0], stage_dev_[1]})
     if (p) cudaFree(p);
-  gdn_workspace_ = nullptr;
-  gdn_workspace_cap_ = 0;
+  gdn_workspace_ = norm_fp8_buf_ = nullptr;
+  gdn_workspace_cap_ = norm_fp8_cap_ = 0;
   for (void* p : {meta_host_, stage_host_[0], stage_host_[1]})
     if (p) cudaFreeHost(p);
   gemm_workspace_ = meta_dev_ = meta_host_ = nullptr;
@@ -203,7 +204,24 @@ void CudaOps::scratch_rewind(const ScratchMark& mark) {
   scratch_.used = scratch_.block == mark.block ? size_t(mark.used) : 0;
 }
 
+// Queued calls may still use the old buffer: the stream is drained first, and graphs holding the
+// old address are retired by the epoch.
+void CudaOps::grow(void*& buffer, size_t& cap, size_t need, const char* op) {
+  if (need <= cap) return;
+  FLIDE_CHECK(graph_mode_ == GraphMode::GraphMode_eager, "cuda ", op,
+              ": a buffer must grow inside a graph (its bucket ran eagerly first)");
+  ++memory_epoch_;
+  cuda_check(cudaStreamSynchronize(stream_), cat(op, " (an earlier op failed)").c_str());
+  if (buffer) cuda_check(cudaFree(buffer), cat(op, ": cudaFree").c_str());
+  buffer = nullptr;
+  const size_t bytes = std::max(need, 2 * cap);
+  cap = 0;
+  cuda_check(cudaMalloc(&buffer, bytes), cat(op, ": a buffer of ", bytes, " bytes").c_str());
+  cap = bytes;
+}
+
 void CudaOps::reset_scratch() {
+  norm_fp8_ = {};
   if (scratch_.blocks.size() > 1) {  // merge, so that the next round fits in one block
     cuda_check(cudaStreamSynchronize(stream_), "reset_scratch (an earlier op failed)");
     const size_t total = scratch_.total;
