@@ -297,8 +297,9 @@ std::unique_ptr<Ops> make_cpu_ops(DType dtype, int threads, bool batch_invariant
 // quantization: the precision of the fused products' operands (Ops::quantize_weight). none: bf16.
 // fp8: e4m3 with a float scale per row of the activations (computed each round) and per output
 // column of the weights (at load), as vLLM's `--quantization fp8` computes an unquantized
-// checkpoint; the products accumulate in fp32 and everything else stays as in bf16. The other
-// products (the output projections, the LM head) stay bf16.
+// checkpoint; the products accumulate in the tensor cores' FP8 accumulator (narrower than fp32 on
+// Hopper) and everything else stays as in bf16, the other products (the output projections, the
+// LM head) too.
 enum class Quantization : uint8_t { Quantization_none, Quantization_fp8 };
 std::unique_ptr<Ops> make_cuda_ops(int device, bool batch_invariant = false,
                                    Quantization quantization = Quantization::Quantization_none);

@@ -38,10 +38,9 @@ cudaError_t rmsnorm(const bf16* x, const bf16* w, bf16* out, int64_t rows, int64
                     bool unit_offset, cudaStream_t stream);
 // rmsnorm (unit_offset as rmsnorm) and quantize_rows_fp8 of its output in one pass: out gets
 // rmsnorm's bits, q and scale quantize_rows_fp8's of out. rmsnorm_fp8_supported: dim a multiple
-// of 16 above 256 and up to 1,024 (a warp a row), 16-byte aligned pointers; otherwise the two
-// launches.
-bool rmsnorm_fp8_supported(const void* x, const void* w, const void* out, const void* q,
-                           int64_t dim);
+// of 16 above 256 and up to 1,024 (a warp a row), x, w and out 16-byte aligned (q too, or the
+// launch fails); otherwise the two launches.
+bool rmsnorm_fp8_supported(const void* x, const void* w, const void* out, int64_t dim);
 cudaError_t rmsnorm_fp8(const bf16* x, const bf16* w, bf16* out, uint8_t* q, float* scale,
                         int64_t rows, int64_t dim, float eps, bool unit_offset,
                         cudaStream_t stream);

@@ -327,18 +327,17 @@ __global__ void __launch_bounds__(kPackedThreads, kPackedBlocksPerSm)
 
 }  // namespace
 
-bool rmsnorm_fp8_supported(const void* x, const void* w, const void* out, const void* q,
-                           int64_t dim) {
+bool rmsnorm_fp8_supported(const void* x, const void* w, const void* out, int64_t dim) {
   return dim > 0 && dim % 16 == 0 && dim / 8 > 32 && dim / 8 <= kFp8MaxChunks &&
-         detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(out) &&
-         detail::aligned16(q);
+         detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(out);
 }
 
 cudaError_t rmsnorm_fp8(const bf16* x, const bf16* w, bf16* out, uint8_t* q, float* scale,
                         int64_t rows, int64_t dim, float eps, bool unit_offset,
                         cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  if (!rmsnorm_fp8_supported(x, w, out, q, dim) || !scale) return cudaErrorInvalidValue;
+  if (!rmsnorm_fp8_supported(x, w, out, dim) || !detail::aligned16(q) || !scale)
+    return cudaErrorInvalidValue;
   int sms = 0;
   if (const cudaError_t err = detail::multiprocessors(sms); err != cudaSuccess) return err;
   const int blocks =

@@ -50,7 +50,7 @@ void CudaOps::rmsnorm_into_products(View x, View w, View out, double eps, bool u
                    x.dtype == DType::DType_bf16 && w.dtype == DType::DType_bf16 &&
                    out.dtype == DType::DType_bf16 && w.size() == x.cols && out.rows == x.rows &&
                    out.cols == x.cols &&
-                   kernels::rmsnorm_fp8_supported(x.data, w.data, out.data, x.data, x.cols);
+                   kernels::rmsnorm_fp8_supported(x.data, w.data, out.data, x.cols);
   if (!fp8 || x.rows == 0) return rmsnorm(x, w, out, eps, unit_offset);
   const size_t scales_at = norm_scales_at(x.rows, x.cols);
   grow(norm_fp8_buf_, norm_fp8_cap_, scales_at + size_t(x.rows) * sizeof(float), "rmsnorm_fp8");
