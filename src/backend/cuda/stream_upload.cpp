@@ -27,8 +27,8 @@ size_t align_up(size_t n) {
 
 void CudaOps::set_stream(const Stream& s) {
   have_stream_ = false;  // until this round's metadata is in place
-  norm_fp8_ = {};
   graph_abandon();       // a capture left open by a round that failed
+  norm_fp8_ = {};        // no norm of this round has written its FP8 form yet
   validate_stream(s);
   const int32_t T = s.n_tokens(), N = int32_t(s.nodes.size()), L = s.n_levels();
   const int32_t R = int32_t(s.out_rows.size()), M = int32_t(s.select_ids.size());
