@@ -17,12 +17,11 @@
 // normalised value in fp32 before multiplying by w, where HF rounds it to bf16 first (spec
 // §4 step 8); the difference is below one bf16 ulp of the output. rsqrtf is the hardware
 // approximation (~2 ulp fp32), as torch.rsqrt is on the GPU.
-#include <cuda_fp8.h>
-
 #include <algorithm>
 
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
+#include "kernels/fp8_rows.cuh"
 #include "kernels/launch.cuh"
 
 namespace flide::kernels {
@@ -249,7 +248,6 @@ cudaError_t launch_norm(const Op& op, int64_t rows, int64_t dim, bool vec, cudaS
 // order, so out gets rmsnorm's bits and q and scale quantize_rows_fp8's of out. The row's largest
 // rounded value sets its scale once the whole row is in registers.
 constexpr int kFp8MaxChunks = 128;
-constexpr float kE4m3Max = 448.f;  // quantize_fp8.cu's
 
 template <int V>
 __global__ void __launch_bounds__(kPackedThreads, kPackedBlocksPerSm)
@@ -298,29 +296,17 @@ __global__ void __launch_bounds__(kPackedThreads, kPackedBlocksPerSm)
       }
       store8(op.out + r * dim + 8 * c, 8, true, y[v]);
 #pragma unroll
-      for (int k = 0; k < 8; ++k)  // the stored value
-        amax = fmaxf(amax, fabsf(__bfloat162float(__float2bfloat16_rn(y[v][k]))));
+      for (int k = 0; k < 8; ++k) {  // from here on, the stored value
+        y[v][k] = __bfloat162float(__float2bfloat16_rn(y[v][k]));
+        amax = fmaxf(amax, fabsf(y[v][k]));
+      }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float row_scale = amax > 0.f ? amax / kE4m3Max : 1.f;
-    const float inv = 1.f / row_scale;
+    const float row_scale = detail::fp8_row_scale(amax);
     if (lane == 0) scale[r] = row_scale;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = lane + int64_t(v) * kGroup;
-      if (c >= n_chunks) continue;
-      uint16_t pairs[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float a = __bfloat162float(__float2bfloat16_rn(y[v][2 * k]));
-        const float b = __bfloat162float(__float2bfloat16_rn(y[v][2 * k + 1]));
-        pairs[k] =
-            __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
-      }
-      *reinterpret_cast<uint2*>(q + r * dim + 8 * c) =
-          make_uint2(uint32_t(pairs[0]) | uint32_t(pairs[1]) << 16,
-                     uint32_t(pairs[2]) | uint32_t(pairs[3]) << 16);
+      if (c < n_chunks) detail::store_e4m3x8(q + r * dim + 8 * c, y[v], 1.f / row_scale);
     }
   }
 }

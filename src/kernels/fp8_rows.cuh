@@ -1,0 +1,33 @@
+// The row quantization every FP8 operand goes through (quantize_fp8.cu's rows, norms.cu's
+// rmsnorm_fp8): a row's scale is its largest magnitude over e4m3's largest finite value (448), so
+// that element lands on 448, and each value times 1 / scale rounds to the nearest-even e4m3
+// (saturating). A zero row keeps scale 1.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace flide::kernels::detail {
+
+constexpr float kE4m3Max = 448.f;
+
+// The scale of a row a warp holds, from each lane's largest magnitude: every lane gets it. All 32
+// lanes call it.
+__device__ __forceinline__ float fp8_row_scale(float amax) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  return amax > 0.f ? amax / kE4m3Max : 1.f;
+}
+
+// f times inv as 8 e4m3 bytes at q (8-byte aligned).
+__device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], float inv) {
+  uint32_t pairs[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    pairs[k] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * k] * inv, f[2 * k + 1] * inv),
+                                        __NV_SATFINITE, __NV_E4M3);
+  *reinterpret_cast<uint2*>(q) = make_uint2(pairs[0] | pairs[1] << 16, pairs[2] | pairs[3] << 16);
+}
+
+}  // namespace flide::kernels::detail
