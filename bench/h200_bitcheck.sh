@@ -7,7 +7,8 @@
 # bit of the answers as it was. For changes claimed "same bits" (a different instruction for the
 # same sums), next to bench/h200_ab.sh's timings:
 #   TREES="ab/main ." bash bench/h200_ab.sh && bash bench/h200_bitcheck.sh ab/main .
-# Knobs: SHAPE (qwen3_5_0_8b, a config under .devcarry/configs). Run from the repo root.
+# Knobs: SHAPE (qwen3_5_0_8b, a config under .devcarry/configs), FLAGS (more `flide decide`
+# flags, e.g. FLAGS="--quantization fp8" for the FP8 products' bits). Run from the repo root.
 set -uo pipefail
 config=.devcarry/configs/${SHAPE:-qwen3_5_0_8b}.json
 requests=$(mktemp --suffix=.jsonl)
@@ -22,8 +23,9 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": r, "context_ids": context, "questions": questions}) + "\n")
 PY
 for tree in "$@"; do
+  # shellcheck disable=SC2086  # FLAGS: words on purpose
   "$tree/build-gpu/tools/cli/flide" decide --config "$config" --input "$requests" --device cuda \
-      2>/dev/null | python3 -c "
+      ${FLAGS:-} 2>/dev/null | python3 -c "
 import hashlib, json, sys
 h, lines = hashlib.sha256(), 0
 for line in sys.stdin:

@@ -276,8 +276,9 @@ cudaError_t attention_projections_fp8(Fp8Rows h, Fp8Rows w_q, Fp8Rows w_k, Fp8Ro
   if (M == 0) return cudaSuccess;
   if (!attention_projections_supported(h.data, w_q.data, w_k.data, w_v.data, q_norm, k_norm, q,
                                        gate, k, v, K, head_dim, rot_dim) ||
-      K % 16 != 0 || !h.scale || !w_q.scale || !w_k.scale || !w_v.scale || heads_q <= 0 ||
-      heads_kv <= 0 || M > INT32_MAX - kCluster * kTileM || !positions)
+      K % 16 != 0 || !h.scale || !column_scales_ok(w_q.scale) || !column_scales_ok(w_k.scale) ||
+      !column_scales_ok(w_v.scale) || heads_q <= 0 || heads_kv <= 0 ||
+      M > INT32_MAX - kCluster * kTileM || !positions)
     return cudaErrorInvalidValue;
   const int64_t Cq = int64_t(heads_q) * kHeadDim, Ckv = int64_t(heads_kv) * kHeadDim;
   Maps maps;

@@ -18,8 +18,9 @@ namespace flide::kernels {
 using bf16 = __nv_bfloat16;
 
 // An FP8 e4m3 matrix [rows, K] with a float scale a row: element (r, c) stands for
-// scale[r] * e4m3(data[r K + c]). For a weight [N, K] a row is an output column. The products'
-// operands under --quantization fp8 (the *_fp8 launchers below, gdn.h gdn_qkv_conv_fp8).
+// scale[r] * e4m3(data[r K + c]). For a weight [N, K] a row is an output column, and its scales
+// must be 16-byte aligned. The products' operands under --quantization fp8 (the *_fp8 launchers
+// below, gdn.h gdn_qkv_conv_fp8).
 struct Fp8Rows {
   const uint8_t* data = nullptr;
   const float* scale = nullptr;

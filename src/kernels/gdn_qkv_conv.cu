@@ -281,7 +281,8 @@ cudaError_t gdn_qkv_conv_fp8(Fp8Rows x, Fp8Rows w_qkv, const bf16* w_conv, bf16*
                              cudaStream_t stream) {
   if (!gdn_qkv_conv_supported(x.data, w_qkv.data, w_conv, window, q, k, v, H, heads_k, dim_k,
                               value_dim, kConvK) ||
-      H % 16 != 0 || !x.scale || !w_qkv.scale || level < 0 || T > INT32_MAX - 2 * kTileM)
+      H % 16 != 0 || !x.scale || !column_scales_ok(w_qkv.scale) || level < 0 ||
+      T > INT32_MAX - 2 * kTileM)
     return cudaErrorInvalidValue;
   if (T == 0 || meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
   const ConvArgs a =

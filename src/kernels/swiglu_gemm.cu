@@ -134,7 +134,7 @@ cudaError_t swiglu_gemm_fp8(Fp8Rows x, Fp8Rows w_gate, Fp8Rows w_up, bf16* out, 
                             int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
   if (!swiglu_gemm_supported(x.data, w_gate.data, w_up.data, out, N, K) || K % 16 != 0 || K == 0 ||
-      !rows_fit(M) || !x.scale || !w_gate.scale || !w_up.scale)
+      !rows_fit(M) || !x.scale || !column_scales_ok(w_gate.scale) || !column_scales_ok(w_up.scale))
     return cudaErrorInvalidValue;
   CUtensorMap map_x, map_gate, map_up;
   cudaError_t err = detail::tile_map_fp8(map_x, x.data, M, K);

@@ -31,7 +31,11 @@
 // descriptors, and m64n128k32 steps in place of m64n128k16. The consumers scale each product by
 // its row's and its column's scales before rounding it to bf16 into the staging tile, so the
 // epilogues see what they see with bf16 operands. A row's scale depends only on that row, so the
-// batch invariance above holds for FP8 too.
+// batch invariance above holds for FP8 too. The column scales reach each consumer warpgroup
+// through shared memory, copied (cp.async) as its tile's products start: loaded from global
+// memory while the tile was staged, with the tensor cores idle, they kept the FP8 SwiGLU GEMM's
+// tensor pipe busy 62.5% of its time, against 68% this way (the four products 2.0 ms less a round
+// of 4; bench/results/2026-12-02-fp8-column-scales.md).
 #pragma once
 
 #include <cuda.h>
@@ -70,8 +74,11 @@ constexpr uint32_t kTileBytes = kTileM * 128;     // one [128][64] bf16 tile: 16
 constexpr uint32_t kStageBytes = 3 * kTileBytes;  // x and the two weight tiles
 constexpr uint32_t kOutBytes = 2 * kTileBytes;    // a [128][128] product, two [128][64] boxes
 constexpr uint32_t kStagedBytes = 2 * kOutBytes;  // the two products (64 KB: 3 stages fit)
-constexpr size_t kSmemBytes =
-    1024 + kStages * kStageBytes + kStagedBytes + (2 * kStages + 2) * sizeof(uint64_t);
+// FP8: each consumer warpgroup's copy of its tile's column scales (both weight tiles').
+constexpr uint32_t kColumnScaleBytes = 2 * kTileN * sizeof(float);
+constexpr uint32_t kScaleBytes = 2 * kColumnScaleBytes;
+constexpr size_t kSmemBytes = 1024 + kStages * kStageBytes + kStagedBytes + kScaleBytes +
+                              (2 * kStages + 2) * sizeof(uint64_t);
 
 using detail::bar_arrive;
 using detail::bar_expect;
@@ -98,11 +105,22 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void epilogue_sync() {  // the epilogue's seven warps
   asm volatile("bar.sync 1, %0;\n" ::"n"(kEpilogueThreads) : "memory");
 }
+__device__ __forceinline__ void consumer_sync(int half) {  // one consumer warpgroup
+  if (half == 0)  // constant ids: a register id makes ptxas reserve all 16 barriers
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  else
+    asm volatile("bar.sync 3, 128;\n" ::: "memory");
+}
 // 16 bytes of shared memory at addr (a unit of the staging tile) into r, and back.
 __device__ __forceinline__ void ld_shared16(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+__device__ __forceinline__ float2 ld_shared_float2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
 }
 __device__ __forceinline__ void st_shared16(uint32_t addr, const uint32_t (&r)[4]) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
@@ -191,18 +209,20 @@ struct Place {
   __device__ int paired_w_row() const { return col_tile * kPairCols + int(rank) * kTileN; }
 };
 
-// Shared memory: the ring, the staging tile (product 0, then product 1), the ring's full and
-// empty barriers, the staging tile's full and empty barriers. The same offsets in both CTAs of
-// a cluster (the multicast copies and remote arrivals rely on it).
+// Shared memory: the ring, the staging tile (product 0, then product 1), the consumer
+// warpgroups' column scales (FP8), the ring's full and empty barriers, the staging tile's full
+// and empty barriers. The same offsets in both CTAs of a cluster (the multicast copies and
+// remote arrivals rely on it).
 struct Smem {
-  uint32_t ring, staged, full, empty, staged_full, staged_empty;
+  uint32_t ring, staged, scales, full, empty, staged_full, staged_empty;
 
   __device__ static Smem carve(unsigned char* smem_raw) {
     Smem s;
     const uint32_t raw = detail::smem_u32(smem_raw);
     s.ring = (raw + 1023u) & ~1023u;
     s.staged = s.ring + kStages * kStageBytes;
-    s.full = s.staged + kStagedBytes;
+    s.scales = s.staged + kStagedBytes;
+    s.full = s.scales + kScaleBytes;
     s.empty = s.full + kStages * 8;
     s.staged_full = s.empty + kStages * 8;
     s.staged_empty = s.staged_full + 8;
@@ -289,8 +309,9 @@ __device__ __forceinline__ void copy_tiles(const Smem& sm, const CUtensorMap* ma
 // A consumer warpgroup (`half`: which 64 rows of the tile): one tile's products p0 (x times
 // weight tile 0) and p1, to the staging tile as bf16 once the epilogue is done with the
 // previous one. stage, phase: the ring's cursor, carried from tile to tile; parity: the tile's
-// count mod 2. FP8: scales(half, warp, lane) gives the thread's TileScales; it is called while
-// the last k-block's products run, so that its loads wait beside them.
+// count mod 2. FP8: scales(half, warp, lane) gives the thread's TileScales. Its weight tiles'
+// column scales go to the warpgroup's copy in shared memory before the products; its row scales
+// are loaded while the last k-block's products run, so that their loads wait beside them.
 template <bool kFp8, class Scales>
 __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blocks, int& stage,
                                              uint32_t& phase, uint32_t parity,
@@ -301,6 +322,16 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
     if (lane == 0)
       for (uint32_t c = 0; c < kCluster; ++c) bar_arrive_cluster(sm.empty + 8 * s, c);
   };
+  const uint32_t column_scales = sm.scales + uint32_t(half) * kColumnScaleBytes;
+  if constexpr (kFp8) {
+    const TileScales ts = scales(half, warp, lane);  // (its row scales unused here)
+    consumer_sync(half);  // the warpgroup is done reading the previous tile's copy
+    constexpr int kUnits = kTileN * int(sizeof(float)) / 16;  // 16-byte copies a weight tile
+    const int t = tid % 128;
+    if (t < 2 * kUnits)
+      detail::cp_async16(column_scales + 16 * uint32_t(t), ts.w[t / kUnits] + 4 * (t % kUnits), 16);
+    detail::cp_async_commit();
+  }
   int prev = -1;  // the stage whose products are still in flight
   for (int kb = 0; kb < k_blocks; ++kb) {
     bar_wait(sm.full + 8 * stage, phase);
@@ -331,6 +362,10 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
   if constexpr (kFp8) ts = scales(half, warp, lane);
   wgmma::wait<0>();
   release(prev);
+  if constexpr (kFp8) {
+    detail::cp_async_wait<0>();
+    consumer_sync(half);  // every thread's copies of the column scales, seen by all
+  }
 
   // Rounded to bf16 and stored by stmatrix, four 8x8 matrices at a time: the warp's rows 0-7 and
   // 8-15 of columns 8 j.. and 8 (j + 1)... Lane 8 m + i addresses row i of matrix m.
@@ -345,10 +380,10 @@ __device__ __forceinline__ void consume_tile(const Smem& sm, int half, int k_blo
       const int jj = j + q / 2, e = 2 * (q % 2);
       float2 s0 = make_float2(1.f, 1.f), s1 = s0;
       if constexpr (kFp8) {  // column 8 jj + 2 (lane % 4) and the next: an aligned pair
-        const int c = 8 * jj + 2 * (lane % 4);
+        const uint32_t c = 8 * jj + 2 * (lane % 4);
         const float xs = e == 0 ? ts.x_lo : ts.x_hi;
-        const float2 w0 = __ldg(reinterpret_cast<const float2*>(ts.w[0] + c));
-        const float2 w1 = __ldg(reinterpret_cast<const float2*>(ts.w[1] + c));
+        const float2 w0 = ld_shared_float2(column_scales + 4 * c);
+        const float2 w1 = ld_shared_float2(column_scales + kColumnScaleBytes / 2 + 4 * c);
         s0 = make_float2(xs * w0.x, xs * w0.y);
         s1 = make_float2(xs * w1.x, xs * w1.y);
       }
@@ -429,6 +464,12 @@ __device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map
 }
 
 // ---- host ----
+
+// FP8: whether a weight's row scales can be a tile's column scales (the consumers copy them in
+// 16-byte units; a tile starts at a multiple of 128 rows).
+inline bool column_scales_ok(const float* scale) {
+  return scale != nullptr && reinterpret_cast<uintptr_t>(scale) % 16 == 0;
+}
 
 // The launch of a tma_gemm kernel over `units` tile pairs: as many clusters as fit at once (a
 // GPC's SMs pair up unevenly), at most one a unit.

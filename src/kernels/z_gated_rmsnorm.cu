@@ -174,7 +174,7 @@ cudaError_t z_gated_rmsnorm_fp8(Fp8Rows h, Fp8Rows w_z, const bf16* o, const bf1
                                 cudaStream_t stream) {
   if (M == 0 || Vd == 0) return cudaSuccess;
   if (!z_gated_rmsnorm_supported(h.data, w_z.data, o, w, out, Vd, K, head_dim) || K % 16 != 0 ||
-      !sizes_fit(M, Vd) || !h.scale || !w_z.scale)
+      !sizes_fit(M, Vd) || !h.scale || !column_scales_ok(w_z.scale))
     return cudaErrorInvalidValue;
   CUtensorMap map_h, map_wz;
   cudaError_t err = detail::tile_map_fp8(map_h, h.data, M, K);
