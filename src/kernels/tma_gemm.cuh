@@ -34,7 +34,7 @@
 // batch invariance above holds for FP8 too. The column scales reach each consumer warpgroup
 // through shared memory, copied (cp.async) as its tile's products start: loaded from global
 // memory while the tile was staged, with the tensor cores idle, they kept the FP8 SwiGLU GEMM's
-// tensor pipe busy 62.5% of its time, against 68% this way (the four products 2.0 ms less a round
+// tensor pipe busy 62.5% of its time, against 68% this way (the four products 1.65 ms less a round
 // of 4; bench/results/2026-12-02-fp8-column-scales.md). And the FP8 consumers keep no k-block in
 // flight: each k-block's products retire, and free their stage, before the next are issued. An
 // FP8 k-block is half a bf16 one's work, and with one in flight the consumers held two of the
