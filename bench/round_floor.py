@@ -171,7 +171,7 @@ def main():
         rnd = Round(cfg, args, attention="attention" in parts, fp8=args.fp8)
         first, late, n = sustained(rnd, args.seconds)
         print(json.dumps({"parts": parts, "fp8": args.fp8, "batch": args.batch,
-                          "rows": rnd.h.shape[0], "ops": len(rnd.ops),
+                          "rows": rnd.rows, "ops": len(rnd.ops),
                           "product_tflop": round(rnd.flop / 1e12, 3),
                           "first_ms": round(first, 3), "sustained_ms": round(late, 3),
                           "rounds": n, "product_tflops_sustained": None if "attention" in parts

@@ -228,9 +228,9 @@ cudaError_t launch_projections(Maps& maps, const ProjArgs& a, bf16* q, bf16* gat
   if (err != cudaSuccess) return err;
   const int64_t col_tiles = 2 * (int64_t(a.heads_q) + a.heads_kv);
   const int64_t units = cluster_units((M + kTileM - 1) / kTileM, col_tiles);
-  return launch<attention_proj_kernel<kFp8>>(units, stream, maps, a, int(K),
-                                             unit_group(col_tiles * kHeadDim * K * (kFp8 ? 1 : 2)),
-                                             scales);
+  return launch<attention_proj_kernel<kFp8>>(
+      units, stream, maps, a, int(K), unit_group(col_tiles * kHeadDim * K * kOperandBytes<kFp8>),
+      scales);
 }
 
 }  // namespace
@@ -254,7 +254,7 @@ cudaError_t attention_projections(const bf16* h, const bf16* w_q, const bf16* w_
   // The kernel's row arithmetic is int: M plus a tile pair must fit.
   if (!attention_projections_supported(h, w_q, w_k, w_v, q_norm, k_norm, q, gate, k, v, K, head_dim,
                                        rot_dim) ||
-      heads_q <= 0 || heads_kv <= 0 || M > INT32_MAX - kCluster * kTileM || !positions)
+      heads_q <= 0 || heads_kv <= 0 || !rows_fit(M) || !positions)
     return cudaErrorInvalidValue;
   const int64_t Cq = int64_t(heads_q) * kHeadDim, Ckv = int64_t(heads_kv) * kHeadDim;
   Maps maps;
@@ -276,9 +276,8 @@ cudaError_t attention_projections_fp8(Fp8Rows h, Fp8Rows w_q, Fp8Rows w_k, Fp8Ro
   if (M == 0) return cudaSuccess;
   if (!attention_projections_supported(h.data, w_q.data, w_k.data, w_v.data, q_norm, k_norm, q,
                                        gate, k, v, K, head_dim, rot_dim) ||
-      K % 16 != 0 || !h.scale || !column_scales_ok(w_q.scale) || !column_scales_ok(w_k.scale) ||
-      !column_scales_ok(w_v.scale) || heads_q <= 0 || heads_kv <= 0 ||
-      M > INT32_MAX - kCluster * kTileM || !positions)
+      !fp8_scales_ok(K, h.scale, {w_q.scale, w_k.scale, w_v.scale}) || heads_q <= 0 ||
+      heads_kv <= 0 || !rows_fit(M) || !positions)
     return cudaErrorInvalidValue;
   const int64_t Cq = int64_t(heads_q) * kHeadDim, Ckv = int64_t(heads_kv) * kHeadDim;
   Maps maps;

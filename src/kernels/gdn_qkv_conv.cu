@@ -242,7 +242,8 @@ cudaError_t launch_qkv_conv(const CUtensorMap& map_x, const CUtensorMap& map_w, 
   // on the device).
   const int64_t units = cluster_units((T + kRowsOut - 1) / kRowsOut, a.C / kPairCols);
   return launch<gdn_qkv_conv_kernel<kFp8>>(units, stream, map_x, map_w, a, int(H),
-                                           unit_group(int64_t(a.C) * H * (kFp8 ? 1 : 2)), scales);
+                                           unit_group(int64_t(a.C) * H * kOperandBytes<kFp8>),
+                                           scales);
 }
 
 }  // namespace
@@ -263,7 +264,7 @@ cudaError_t gdn_qkv_conv(const bf16* x, const bf16* w_qkv, const bf16* w_conv, b
                          cudaStream_t stream) {
   if (!gdn_qkv_conv_supported(x, w_qkv, w_conv, window, q, k, v, H, heads_k, dim_k, value_dim,
                               kConvK) ||
-      level < 0 || T > INT32_MAX - 2 * kTileM)  // the kernel's row arithmetic is int
+      level < 0 || !rows_fit(T))
     return cudaErrorInvalidValue;
   if (T == 0 || meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
   const ConvArgs a =
@@ -281,8 +282,7 @@ cudaError_t gdn_qkv_conv_fp8(Fp8Rows x, Fp8Rows w_qkv, const bf16* w_conv, bf16*
                              cudaStream_t stream) {
   if (!gdn_qkv_conv_supported(x.data, w_qkv.data, w_conv, window, q, k, v, H, heads_k, dim_k,
                               value_dim, kConvK) ||
-      H % 16 != 0 || !x.scale || !column_scales_ok(w_qkv.scale) || level < 0 ||
-      T > INT32_MAX - 2 * kTileM)
+      !fp8_scales_ok(H, x.scale, {w_qkv.scale}) || level < 0 || !rows_fit(T))
     return cudaErrorInvalidValue;
   if (T == 0 || meta.n_tokens == 0 || meta.max_level_nodes == 0) return cudaSuccess;
   const ConvArgs a =

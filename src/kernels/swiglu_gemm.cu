@@ -98,14 +98,9 @@ cudaError_t launch_swiglu(const CUtensorMap& map_x, const CUtensorMap& map_gate,
   CUtensorMap map_out;
   if (const cudaError_t err = tile_map(map_out, out, M, N); err != cudaSuccess) return err;
   const int64_t units = cluster_units((M + kTileM - 1) / kTileM, N / kTileN);
-  const int64_t weight_bytes = 2 * N * K * (kFp8 ? 1 : 2);
+  const int64_t weight_bytes = 2 * N * K * kOperandBytes<kFp8>;
   return launch<swiglu_gemm_kernel<kFp8>>(units, stream, map_x, map_gate, map_up, map_out, int(M),
                                           int(N), int(K), unit_group(weight_bytes), scales);
-}
-
-// The kernel's row arithmetic is int: M plus a tile pair must fit.
-bool rows_fit(int64_t M) {
-  return M <= INT32_MAX - kCluster * kTileM;
 }
 
 }  // namespace
@@ -133,8 +128,8 @@ cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf1
 cudaError_t swiglu_gemm_fp8(Fp8Rows x, Fp8Rows w_gate, Fp8Rows w_up, bf16* out, int64_t M,
                             int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
-  if (!swiglu_gemm_supported(x.data, w_gate.data, w_up.data, out, N, K) || K % 16 != 0 || K == 0 ||
-      !rows_fit(M) || !x.scale || !column_scales_ok(w_gate.scale) || !column_scales_ok(w_up.scale))
+  if (!swiglu_gemm_supported(x.data, w_gate.data, w_up.data, out, N, K) || K == 0 || !rows_fit(M) ||
+      !fp8_scales_ok(K, x.scale, {w_gate.scale, w_up.scale}))
     return cudaErrorInvalidValue;
   CUtensorMap map_x, map_gate, map_up;
   cudaError_t err = detail::tile_map_fp8(map_x, x.data, M, K);

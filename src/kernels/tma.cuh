@@ -48,39 +48,33 @@ inline cudaError_t encoder(EncodeTiled& fn) {
   return found.err;
 }
 
-// A row-major [rows, cols] bf16 matrix read in [box_rows][64] boxes, 128-byte swizzled.
-inline cudaError_t tile_map(CUtensorMap& map, const __nv_bfloat16* p, int64_t rows, int64_t cols,
-                            uint32_t box_rows = 128) {
+// A row-major [rows, cols] matrix of `type` elements of `bytes` each, read in boxes of
+// box_rows rows of 128 bytes, 128-byte swizzled.
+inline cudaError_t tile_map_128b(CUtensorMap& map, CUtensorMapDataType type, int bytes,
+                                 const void* p, int64_t rows, int64_t cols, uint32_t box_rows) {
   EncodeTiled encode = nullptr;
   if (const cudaError_t err = encoder(encode); err != cudaSuccess) return err;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {64, box_rows};
+  const cuuint64_t strides[1] = {cuuint64_t(cols) * cuuint64_t(bytes)};
+  const cuuint32_t box[2] = {cuuint32_t(128 / bytes), box_rows};
   const cuuint32_t steps[2] = {1, 1};
   std::memset(&map, 0, sizeof map);
-  const CUresult r =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p), dims,
-             strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(&map, type, 2, const_cast<void*>(p), dims, strides, box, steps,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// A row-major [rows, cols] matrix of bytes (FP8 e4m3) read in [box_rows][128] boxes, 128-byte
+// A row-major [rows, cols] bf16 matrix read in [box_rows][64] boxes, 128-byte swizzled.
+inline cudaError_t tile_map(CUtensorMap& map, const __nv_bfloat16* p, int64_t rows, int64_t cols,
+                            uint32_t box_rows = 128) {
+  return tile_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, rows, cols, box_rows);
+}
+
+// A row-major [rows, cols] matrix of bytes (FP8 e4m3) read in [128][128] boxes, 128-byte
 // swizzled: the same 128-byte rows, and so the same shared-memory layout, as tile_map's bf16 boxes.
-inline cudaError_t tile_map_fp8(CUtensorMap& map, const uint8_t* p, int64_t rows, int64_t cols,
-                                uint32_t box_rows = 128) {
-  EncodeTiled encode = nullptr;
-  if (const cudaError_t err = encoder(encode); err != cudaSuccess) return err;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols)};
-  const cuuint32_t box[2] = {128, box_rows};
-  const cuuint32_t steps[2] = {1, 1};
-  std::memset(&map, 0, sizeof map);
-  const CUresult r =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(p), dims, strides, box,
-             steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+inline cudaError_t tile_map_fp8(CUtensorMap& map, const uint8_t* p, int64_t rows, int64_t cols) {
+  return tile_map_128b(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p, rows, cols, 128);
 }
 
 }  // namespace flide::kernels::detail

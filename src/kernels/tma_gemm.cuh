@@ -48,6 +48,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 #include "kernels/cp_async.cuh"
 #include "kernels/launch.cuh"
@@ -473,10 +474,24 @@ __device__ __forceinline__ void run_units(const Smem& sm, const CUtensorMap* map
 
 // ---- host ----
 
-// FP8: whether a weight's row scales can be a tile's column scales (the consumers copy them in
-// 16-byte units; a tile starts at a multiple of 128 rows).
-inline bool column_scales_ok(const float* scale) {
-  return scale != nullptr && reinterpret_cast<uintptr_t>(scale) % 16 == 0;
+// The kernels' row arithmetic is int: M rows plus a tile pair must fit.
+inline bool rows_fit(int64_t M) {
+  return M <= INT32_MAX - kCluster * kTileM;
+}
+
+// Bytes of an operand element: what the weights of a unit_group weigh.
+template <bool kFp8>
+constexpr int64_t kOperandBytes = kFp8 ? 1 : 2;
+
+// Whether FP8 operands of inner dimension K fit the products: K a multiple of 16, x's row scales
+// given, and each weight's row scales 16-byte aligned, as tiles' column scales (the consumers
+// copy them in 16-byte units; a tile starts at a multiple of 128 rows).
+inline bool fp8_scales_ok(int64_t K, const float* x_scale,
+                          std::initializer_list<const float*> weight_scales) {
+  if (K % 16 != 0 || !x_scale) return false;
+  for (const float* s : weight_scales)
+    if (!s || reinterpret_cast<uintptr_t>(s) % 16 != 0) return false;
+  return true;
 }
 
 // The launch of a tma_gemm kernel over `units` tile pairs: as many clusters as fit at once (a

@@ -1,9 +1,8 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) for bf16 (and, for the GEMMs, FP8 e4m3) operands with fp32
-// accumulators: shared-memory
-// matrix descriptors for the 128-byte-swizzled layout (the layout TMA's 128-byte swizzle writes
-// for 64-column boxes), m64n64k16 with A from shared memory or from registers, m64n80k16 and
-// m64n128k16 from shared memory, and m64n256k16 with A from registers. A warpgroup is 4 consecutive
-// warps; all 128 threads issue each call.
+// accumulators: shared-memory matrix descriptors for the 128-byte-swizzled layout (the layout
+// TMA's 128-byte swizzle writes for 64-column boxes), m64n64k16 with A from shared memory or from
+// registers, m64n80k16 and m64n128k16 (and m64n128k32 e4m3) from shared memory, and m64n256k16
+// with A from registers. A warpgroup is 4 consecutive warps; all 128 threads issue each call.
 //
 // Layout (both operands, and both "K-major" and "MN-major" reads of it): a tile is cut into
 // column chunks of 64 bf16 (128 bytes); chunk c holds rows 0.. of its 64 columns, 128 bytes per

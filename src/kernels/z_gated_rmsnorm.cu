@@ -139,12 +139,12 @@ cudaError_t launch_z_gated(const CUtensorMap& map_h, const CUtensorMap& map_wz, 
   a.eps = eps;
   const int64_t units = cluster_units((M + kTileM - 1) / kTileM, Vd / kPairCols);
   return launch<z_gated_rmsnorm_kernel<kFp8>>(units, stream, map_h, map_wz, a, int(K),
-                                              unit_group(Vd * K * (kFp8 ? 1 : 2)), scales);
+                                              unit_group(Vd * K * kOperandBytes<kFp8>), scales);
 }
 
-// The kernel's row arithmetic is int: M plus a tile pair must fit.
+// The kernel's row and column arithmetic is int.
 bool sizes_fit(int64_t M, int64_t Vd) {
-  return M <= INT32_MAX - kCluster * kTileM && Vd <= INT32_MAX;
+  return rows_fit(M) && Vd <= INT32_MAX;
 }
 
 }  // namespace
@@ -173,8 +173,8 @@ cudaError_t z_gated_rmsnorm_fp8(Fp8Rows h, Fp8Rows w_z, const bf16* o, const bf1
                                 int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
                                 cudaStream_t stream) {
   if (M == 0 || Vd == 0) return cudaSuccess;
-  if (!z_gated_rmsnorm_supported(h.data, w_z.data, o, w, out, Vd, K, head_dim) || K % 16 != 0 ||
-      !sizes_fit(M, Vd) || !h.scale || !column_scales_ok(w_z.scale))
+  if (!z_gated_rmsnorm_supported(h.data, w_z.data, o, w, out, Vd, K, head_dim) ||
+      !sizes_fit(M, Vd) || !fp8_scales_ok(K, h.scale, {w_z.scale}))
     return cudaErrorInvalidValue;
   CUtensorMap map_h, map_wz;
   cudaError_t err = detail::tile_map_fp8(map_h, h.data, M, K);

@@ -417,10 +417,10 @@ void CudaOps::gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q,
   if (T == 0) return;
   const kernels::Fp8Rows w8 = fp8_weight(w_qkv);
   const kernels::Fp8Rows x8 = w8.data ? quantized(x) : kernels::Fp8Rows{};
+  const int heads_k = int(Kd / dim_k);
   for (int level = 0; level < n_levels; ++level) {
     if (!op_begin({x, w_qkv, w_conv, window, q, k, v}, {level, dim_k, w8.data != nullptr}))
       continue;
-    const int heads_k = int(Kd / dim_k);
     launched(w8.data ? kernels::gdn_qkv_conv_fp8(x8, w8, cp, winp, qp, kp, vp, T, H, heads_k, dim_k,
                                                  Vd, float(eps), level, meta_, stream_)
                      : kernels::gdn_qkv_conv(xp, wp, cp, winp, qp, kp, vp, T, H, heads_k, dim_k, Vd,
