@@ -116,7 +116,8 @@ def compare(name, got, ref):
         kept = [a for a, g in zip(agree, margins) if g >= m]
         by_margin[f"margin>={m}"] = [len(kept), sum(kept) / len(kept) if kept else None]
     tvds.sort()
-    print(json.dumps({"compare": name, "questions": len(tvds), "median_tvd": statistics.median(tvds),
+    print(json.dumps({"compare": name, "questions": len(tvds),
+                      "median_tvd": statistics.median(tvds),
                       "p99_tvd": tvds[min(len(tvds) - 1, int(0.99 * len(tvds)))],
                       "max_tvd": tvds[-1], "top1_agreement": sum(agree) / len(agree),
                       "top1_agreement_by_margin": by_margin}), flush=True)
@@ -164,8 +165,8 @@ def main() -> None:
         compare(f"hf {name} vs hf f32", fp8[name], ref)
     if args.flide:
         if args.cpu:
-            compare("flide cpu f32 vs hf f32",
-                    flide_answers(args.flide, folder, path, ["--device", "cpu", "--dtype", "f32"]), ref)
+            cpu = ["--device", "cpu", "--dtype", "f32"]
+            compare("flide cpu f32 vs hf f32", flide_answers(args.flide, folder, path, cpu), ref)
         compare("flide cuda bf16 vs hf f32",
                 flide_answers(args.flide, folder, path, ["--device", "cuda"]), ref)
         flide_fp8 = flide_answers(args.flide, folder, path,
