@@ -140,6 +140,9 @@ std::vector<Case> cases() {
                        "invalid_request_error", {"not valid JSON"}));
   c.push_back(raw_body("trailing garbage", "/v1/systemone", R"({"state": "a"} x)", 400,
                        "invalid_request_error", {"not valid JSON"}));
+  // Valid JSON by RFC 8259's grammar, but past a double's range (which §6 lets a reader refuse).
+  c.push_back(raw_body("number past a double's range", "/v1/systemone", R"({"state": 1e999})", 400,
+                       "invalid_request_error", {"number", "1e999"}));
   c.push_back(raw_body("invalid UTF-8 byte", "/v1/systemone", "{\"state\": \"caf\xff\"}", 400,
                        "invalid_request_error", {"UTF-8", "0xFF"}));
   c.push_back(raw_body("stray continuation byte", "/v1/systemone", "{\"state\": \"\x80\"}", 400,

@@ -10,6 +10,17 @@
 
 namespace flide::server {
 
+namespace {
+
+// nlohmann's what() starts with a tag such as "[json.exception.parse_error.101] ": the rest.
+std::string untagged(const nlohmann::ordered_json::exception& e) {
+  const std::string what = e.what();
+  const size_t tag_end = what.find("] ");
+  return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
+}
+
+}  // namespace
+
 nlohmann::ordered_json parse_json_body(std::string_view body, Route route) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     throw malformed_json("the request body is empty: expected a JSON object");
@@ -23,11 +34,11 @@ nlohmann::ordered_json parse_json_body(std::string_view body, Route route) {
   try {
     return nlohmann::ordered_json::parse(body);
   } catch (const nlohmann::ordered_json::parse_error& e) {
-    // nlohmann's what() starts with "[json.exception.parse_error.101] ": keep the useful rest.
-    const std::string what = e.what();
-    const size_t tag_end = what.find("] ");
-    throw malformed_json(cat("the request body is not valid JSON: ",
-                             tag_end == std::string::npos ? what : what.substr(tag_end + 2)));
+    throw malformed_json(cat("the request body is not valid JSON: ", untagged(e)));
+  } catch (const nlohmann::ordered_json::out_of_range& e) {
+    // 406, a number such as 1e999: valid by RFC 8259's grammar, which lets a reader limit range.
+    throw malformed_json(
+        cat("the request body has a number too large for a double: ", untagged(e)));
   }
 }
 

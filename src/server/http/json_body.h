@@ -2,7 +2,8 @@
 // (JSON text is UTF-8, RFC 8259 §8.1, and every message below may quote the body), then the
 // nesting depth on the raw text (routes/json_depth.h), then the parse. Errors are ApiErrors in
 // the route's style (routes/errors.h): 400 invalid_request_error for an empty body, bytes that
-// are not UTF-8 and text that is not JSON; 422 (System One) or 400 (OpenAI) for nesting.
+// are not UTF-8, text that is not JSON and numbers past a double's range; 422 (System One) or
+// 400 (OpenAI) for nesting.
 #pragma once
 
 #include <nlohmann/json.hpp>
