@@ -22,14 +22,12 @@ among the questions whose float32 answer has a margin (questions, agreement).
 import argparse
 import json
 import shutil
-import statistics
-import subprocess
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, Qwen3_5ForCausalLM
 
-from tvd_vs_f32 import requests
+from tvd_vs_f32 import add_request_args, compare, decide, requests_of
 
 GDN_QKV = ["linear_attn.in_proj_qkv"]
 GDN_Z = ["linear_attn.in_proj_z"]
@@ -37,8 +35,9 @@ ATTN_QKV = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
 MLP_UP = ["mlp.gate_proj", "mlp.up_proj"]
 FLIDE_FP8 = GDN_QKV + GDN_Z + ATTN_QKV + MLP_UP  # the four fused products of --quantization fp8
 OUTPUTS = ["linear_attn.out_proj", "self_attn.o_proj", "mlp.down_proj"]
+FLIDE_SET = "fp8 flide's set (qkv, z, attention q/k/v, gate/up)"
 VARIANTS = {
-    "fp8 flide's set (qkv, z, attention q/k/v, gate/up)": FLIDE_FP8,
+    FLIDE_SET: FLIDE_FP8,
     "fp8 gdn in_proj_qkv only": GDN_QKV,
     "fp8 gdn in_proj_z only": GDN_Z,
     "fp8 attention q/k/v only": ATTN_QKV,
@@ -90,51 +89,13 @@ def answer(model, reqs):
     return out
 
 
-def flide_answers(flide, model_dir, path, extra):
-    cmd = [flide, "decide", "--model", str(model_dir), "--input", str(path)] + extra
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    return [[q["probs"] for q in line["questions"]] for line in lines]
-
-
-def top(p):
-    return max(range(len(p)), key=p.__getitem__)
-
-
-def compare(name, got, ref):
-    """TVD and top-1 agreement; the agreement also among the questions whose reference answer has
-    a margin (its top two options' probabilities differ by at least m): near-ties flip first."""
-    tvds, agree, margins = [], [], []
-    for a, b in zip(got, ref):
-        for pa, pb in zip(a, b):
-            tvds.append(0.5 * sum(abs(x - y) for x, y in zip(pa, pb)))
-            agree.append(top(pa) == top(pb))
-            second, first = sorted(pb)[-2:]
-            margins.append(first - second)
-    by_margin = {}
-    for m in (0.05, 0.1, 0.2):
-        kept = [a for a, g in zip(agree, margins) if g >= m]
-        by_margin[f"margin>={m}"] = [len(kept), sum(kept) / len(kept) if kept else None]
-    tvds.sort()
-    print(json.dumps({"compare": name, "questions": len(tvds),
-                      "median_tvd": statistics.median(tvds),
-                      "p99_tvd": tvds[min(len(tvds) - 1, int(0.99 * len(tvds)))],
-                      "max_tvd": tvds[-1], "top1_agreement": sum(agree) / len(agree),
-                      "top1_agreement_by_margin": by_margin}), flush=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
     ap.add_argument("--dir", required=True, help="where to write the checkpoint (replaced)")
     ap.add_argument("--flide", help="also answer with `flide decide --model DIR`")
     ap.add_argument("--cpu", action="store_true", help="with --flide, also CPU float32")
-    ap.add_argument("--requests", type=int, default=32)
-    ap.add_argument("--trunk", type=int, default=450)
-    ap.add_argument("--questions", type=int, default=4)
-    ap.add_argument("--question-len", type=int, default=50)
-    ap.add_argument("--labels", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=1)
+    add_request_args(ap, 32)
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -150,9 +111,7 @@ def main() -> None:
     bf16 = model.eval()
     f32 = Qwen3_5ForCausalLM.from_pretrained(folder, dtype=torch.float32).to("cuda").eval()
 
-    vocab = min(f32.config.vocab_size, 200000)
-    reqs = list(requests(args.requests, args.trunk, args.questions, args.question_len,
-                         args.labels, vocab, args.seed))
+    reqs = requests_of(args, f32.config.vocab_size)
     path = folder / "requests.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in reqs))
 
@@ -164,15 +123,13 @@ def main() -> None:
             fp8[name] = answer(f32, reqs)
         compare(f"hf {name} vs hf f32", fp8[name], ref)
     if args.flide:
+        source = ["--model", str(folder)]
         if args.cpu:
-            cpu = ["--device", "cpu", "--dtype", "f32"]
-            compare("flide cpu f32 vs hf f32", flide_answers(args.flide, folder, path, cpu), ref)
-        compare("flide cuda bf16 vs hf f32",
-                flide_answers(args.flide, folder, path, ["--device", "cuda"]), ref)
-        flide_fp8 = flide_answers(args.flide, folder, path,
-                                  ["--device", "cuda", "--quantization", "fp8"])
+            compare("flide cpu f32 vs hf f32", decide(args.flide, source, path, "cpu"), ref)
+        compare("flide cuda bf16 vs hf f32", decide(args.flide, source, path, "cuda"), ref)
+        flide_fp8 = decide(args.flide, source, path, "cuda", extra=["--quantization", "fp8"])
         compare("flide cuda fp8 vs hf f32", flide_fp8, ref)
-        compare("flide cuda fp8 vs hf fp8 flide's set", flide_fp8, fp8[next(iter(VARIANTS))])
+        compare("flide cuda fp8 vs hf fp8 flide's set", flide_fp8, fp8[FLIDE_SET])
 
 
 if __name__ == "__main__":
