@@ -147,6 +147,8 @@ TEST(CliDecideTest, BadLinesAreReportedAndTheOthersAnswered) {
   };
   const std::vector<Bad> bad = {
       {R"({"id": "broken", "context": )", "not valid JSON"},
+      {R"({"id": "huge", "context": "c", "questions": [{"question": "q", "options": ["a"], "answer": 1e999}]})",
+       "a number too large for a double: number overflow parsing '1e999'"},
       {R"({"id": "zero", "context": "c", "questions": [{"question": "q", "options": []}]})",
        R"("questions"[0].options: no options)"},
       {R"({"id": "many", "context": "c", "questions": [{"question": "q", "options": ["a"]}, {"question": "q", "options": )" +
@@ -203,8 +205,9 @@ TEST(CliDecideTest, BadLinesAreReportedAndTheOthersAnswered) {
         "flide: error: line " + std::to_string(line) + ": " + bad[i].message;
     EXPECT_NE(r.err.find(reported), std::string::npos) << "missing: " << reported << "\n" << r.err;
   }
-  EXPECT_EQ(answers[1]["id"], json());  // unreadable line: null id
-  EXPECT_EQ(answers[2]["id"], "zero");
+  EXPECT_EQ(answers[1]["id"], json());  // unreadable lines: null id
+  EXPECT_EQ(answers[2]["id"], json());
+  EXPECT_EQ(answers[3]["id"], "zero");
   // Accuracy counts the answered lines only: the good line, twice.
   EXPECT_NE(r.err.find("accuracy: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("/2 = "), std::string::npos) << r.err;
