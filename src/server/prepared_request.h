@@ -31,7 +31,7 @@ struct ApiError : std::runtime_error {
 
 // Limits a route enforces (flags of `flide serve`); 0 means unlimited where noted.
 struct RouteLimits {
-  int64_t max_questions = 64;      // per request
+  int64_t max_questions = 400;     // per request: the openai package's 1-400 by default
   int64_t max_prompt_tokens = 0;   // rendered prompt tokens over all questions; 0: unlimited
   int64_t max_context_tokens = 0;  // one question's full prompt; 0: unlimited
 };

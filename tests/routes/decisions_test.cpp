@@ -207,6 +207,23 @@ TEST(DecisionsTest, AnotherModelIs404) {
   EXPECT_EQ(e->param, "model");
 }
 
+TEST(DecisionsTest, FourHundredQuestionsAreAdmittedByDefault) {
+  // The openai package types 1-400 questions, and a request it makes must be answered: the
+  // default --max-questions refuses none of them. A lower operator limit is a 413.
+  json body = decisions_fixture();
+  const json question = body["questions"][0];
+  body["questions"] = json::array();
+  for (int i = 0; i < 400; ++i) body["questions"].push_back(question);
+  EXPECT_EQ(prepare_decisions(body, context()).tree.nodes.size(), 401u);
+
+  RouteLimits limits;
+  limits.max_questions = 64;
+  const auto e = refusal([&] { prepare_decisions(body, context(limits)); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 413);
+  EXPECT_NE(std::string(e->what()).find("the maximum is 64"), std::string::npos) << e->what();
+}
+
 TEST(DecisionsTest, FiftyTwoChoicesAreSupported) {
   json body = decisions_fixture();
   json choices = json::array();

@@ -170,6 +170,21 @@ TEST(SystemOneTest, JsonStateInstructionsAndDescriptionsAreJsonText) {
   expect_same_tree(prepare_systemone(as_string, context()).tree, want);
 }
 
+TEST(SystemOneTest, EmptyNoulDescriptionsTakeTheDefaults) {
+  // §1.4's `criteria.true or "The statement is true."`: Python's `or` passes over "", {} and [].
+  const DecisionQuestion defaults = {
+      QuestionType::QuestionType_noul, "Is it urgent?", {{"yes", ""}, {"no", ""}}};
+  const Tree want = build_decision_tree(tiny_tokenizer(), "s", {defaults});
+  for (const char* criteria : {R"({"true": {}, "false": []})", R"({"true": "", "false": null})",
+                               R"({"false": {}})", "{}", "null"}) {
+    const json body = json::parse(std::string(R"({"state": "s", "questions": {"n": {"type":
+        "noul", "instructions": "Is it urgent?", "criteria": )") +
+                                  criteria + "}}}");
+    SCOPED_TRACE(criteria);
+    expect_same_tree(prepare_systemone(body, context()).tree, want);
+  }
+}
+
 TEST(SystemOneTest, OneOptionAndFiftyTwoOptions) {
   json body = json::parse(R"({"state": "s", "questions": {"only": {"type": "choice",
       "instructions": "Pick.", "criteria": {"the one": null}}}})");

@@ -81,7 +81,8 @@ options:
   --api-key KEY         require `Authorization: Bearer KEY` (401 otherwise); /health and
                         /v1/models stay open, as in llama.cpp
   --max-queue N         admitted requests waiting for a round; more get 429 (default: 128)
-  --max-questions N     questions per request; more get 413 (default: 64)
+  --max-questions N     questions per request; more get 413 (default: 400, the most
+                        /v1/decisions' schema allows)
   --max-prompt-tokens N rendered prompt tokens per request, over all questions, before prefix
                         sharing; more get 413 (default: 0, unlimited)
   --max-context-tokens N

@@ -144,8 +144,9 @@ DecisionQuestion score_question(const json& criteria, const std::string& path, A
   return q;
 }
 
-// Optional (null: absent) {"true": description, "false": description}; an absent, null or empty
-// description takes the template's default (decision_prompt.cpp).
+// Optional (null: absent) {"true": description, "false": description}. §1.4 renders
+// `criteria.true or "The statement is true."`, Python's `or`: an absent, null, empty string,
+// empty object or empty array description takes the template's default (decision_prompt.cpp).
 DecisionQuestion noul_question(const json* criteria, const std::string& path) {
   DecisionQuestion q;
   q.type = QuestionType::QuestionType_noul;
@@ -157,7 +158,7 @@ DecisionQuestion noul_question(const json* criteria, const std::string& path) {
   for (size_t i = 0; i < 2; ++i) {
     const char* key = i == 0 ? "true" : "false";
     const auto it = criteria->find(key);
-    if (it != criteria->end())
+    if (it != criteria->end() && !((it->is_object() || it->is_array()) && it->empty()))
       q.options[i].description = description_text(*it, path + "." + key, true);
   }
   return q;
