@@ -89,6 +89,29 @@ Case raw_body(std::string name, std::string path, std::string body, int status, 
           openai};
 }
 
+// A POST with neither Content-Length nor Transfer-Encoding (`curl -X POST`): an empty body.
+Case post_without_length(std::string name, std::string path, int status, std::string type,
+                         std::vector<std::string> needles) {
+  const bool openai = path == "/v1/decisions";
+  return {std::move(name),
+          [path = std::move(path)](httplib::Client&, int port) {
+            RawConnection connection(port);
+            connection.send("POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            const std::string response = connection.receive();
+            HttpAnswer answer;
+            const size_t body_at = response.find("\r\n\r\n");
+            if (response.rfind("HTTP/1.1 ", 0) != 0 || body_at == std::string::npos) return answer;
+            answer.status = std::stoi(response.substr(9, 3));
+            answer.text = response.substr(body_at + 4);
+            answer.body = ordered_json::parse(answer.text, nullptr, false);
+            return answer;
+          },
+          status,
+          std::move(type),
+          std::move(needles),
+          openai};
+}
+
 // A systemone body with one field replaced (null `value` removes it).
 ordered_json with(const std::string& pointer, const ordered_json& value) {
   ordered_json body = systemone_body();
@@ -136,6 +159,10 @@ std::vector<Case> cases() {
   c.push_back(raw_body("not JSON", "/v1/systemone", "state: hello", 400, "invalid_request_error",
                        {"not valid JSON"}));
   c.push_back(raw_body("empty body", "/v1/systemone", "", 400, "invalid_request_error", {"empty"}));
+  c.push_back(post_without_length("no body, no Content-Length", "/v1/decisions", 400,
+                                  "invalid_request_error", {"empty"}));
+  c.push_back(post_without_length("no body on an unknown route", "/v1/nope", 404, "not_found_error",
+                                  {"/v1/nope"}));
   c.push_back(raw_body("unterminated JSON", "/v1/systemone", R"({"state": "unterminated)", 400,
                        "invalid_request_error", {"not valid JSON"}));
   c.push_back(raw_body("trailing garbage", "/v1/systemone", R"({"state": "a"} x)", 400,

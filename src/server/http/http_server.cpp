@@ -177,7 +177,11 @@ struct HttpServer::Impl {
                               req.path),
                   start);
     }
-    const bool read = reader(keep);
+    // A request with neither header has an empty body (RFC 9112 §6.3), as `curl -X POST` sends
+    // it; httplib's reader would wait for a length and fail.
+    const bool read = req.has_header("Content-Length") || req.has_header("Transfer-Encoding")
+                          ? reader(keep)
+                          : true;
     // httplib refuses a declared Content-Length over the limit itself (status 413).
     if (seen > limit || (!read && res.status == 413))
       return send(req, res, error_reply(body_too_large(req), req.path), start);
