@@ -128,6 +128,10 @@ std::unique_ptr<httplib::Client> ServerProcess::client() const {
   return http;
 }
 
+void ServerProcess::signal(int signal) {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
 int ServerProcess::stop(int signal) {
   if (pid_ <= 0) return -1;
   kill(pid_, signal);

@@ -33,6 +33,7 @@ class ServerProcess {
   // `signal` (SIGTERM or SIGINT: both stop it cleanly), then the exit status (-1 when it had to
   // be killed or died of a signal).
   int stop(int signal = SIGTERM);
+  void signal(int signal);          // sends it and returns at once
   std::string stderr_text() const;  // everything the server logged so far
 
  private:

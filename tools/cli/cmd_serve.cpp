@@ -6,6 +6,7 @@
 // is nothing to finish yet.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "args.h"
@@ -117,6 +119,40 @@ struct Served {
   std::unique_ptr<EngineLoop> engine;
 };
 
+// The running round ends and waiting requests get 503; then the HTTP threads finish their
+// connections. A client trickling bytes would hold that forever (httplib's read timeout restarts
+// with each byte), so connections get kDrainSeconds, and a second SIGINT or SIGTERM ends the
+// process at once, as a second Ctrl-C does llama.cpp's server and uvicorn.
+void drain(EngineLoop* engine, HttpServer& http, const sigset_t& stop_signals) {
+  constexpr int kDrainSeconds = 10;
+  std::atomic<bool> engine_stopped{false}, drained{false};
+  std::thread stopper([&] {
+    if (engine) engine->stop();
+    engine_stopped = true;
+    http.stop();
+    drained = true;
+  });
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  while (!drained) {
+    const timespec tick{0, 50 * 1000 * 1000};
+    const int signal = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (signal == SIGINT || signal == SIGTERM) {
+      std::fprintf(stderr, "flide serve: second signal, exiting now\n");
+      std::fflush(stderr);
+      std::_Exit(kExitFailedRequests);
+    }
+    if (engine_stopped && !deadline)
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kDrainSeconds);
+    if (deadline && std::chrono::steady_clock::now() > *deadline) {
+      std::fprintf(stderr, "flide serve: connections still open after %d s, exiting\n",
+                   kDrainSeconds);
+      std::fflush(stderr);
+      std::_Exit(kExitOk);
+    }
+  }
+  stopper.join();
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
@@ -188,8 +224,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
   http_options.api_key = args.value("api-key").value_or("");
   http_options.max_body_bytes = parse_count(args.value("max-body-bytes"), "max-body-bytes",
                                             http_options.max_body_bytes, 1, int64_t(1) << 34);
-  // A thread per request in flight: the waiting ones and a round's worth beside them.
-  http_options.threads = int(2 * engine_options.max_queue + 16);
+  // A thread per open connection: at least the waiting requests and a round's worth beside
+  // them, and idle keep-alive clients and probes on top.
+  http_options.threads =
+      int(std::max<int64_t>(http_options.threads, 2 * engine_options.max_queue + 16));
 
   // Blocked before any thread starts, so every thread inherits the mask and only sigtimedwait
   // below receives them.
@@ -263,8 +301,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     }
   }
   loader.join();
-  if (served.engine) served.engine->stop();  // the running round ends, waiting requests get 503
-  http.stop();
+  drain(served.engine.get(), http, stop_signals);
   return status;
 }
 

@@ -57,6 +57,11 @@ std::future<nlohmann::ordered_json> EngineLoop::submit(PreparedRequest request,
   return answer;
 }
 
+bool EngineLoop::stopping() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return stopping_;
+}
+
 void EngineLoop::stop() {
   {
     const std::lock_guard<std::mutex> lock(mutex_);

@@ -65,6 +65,7 @@ class EngineLoop {
 
   // Finishes the running round, answers the waiting requests 503 and joins the engine thread.
   void stop();
+  bool stopping();  // stop() has begun: /health answers 503, as new requests get
 
   const EngineOptions& options() const { return options_; }
 

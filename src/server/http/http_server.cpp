@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "server/http/connection_threads.h"
 #include "server/http/disconnect_probe.h"
 #include "server/http/json_body.h"
 #include "server/http/tokenize_routes.h"
@@ -234,7 +235,11 @@ struct HttpServer::Impl {
 
   Reply route_answer(const RouteSpec& route, const httplib::Request& req, const std::string& body,
                      const ServingModel& model) {
-    if (route.path == "/health") return json_reply({{"status", "ok"}});
+    if (route.path == "/health") {
+      // A load balancer stops sending here while the server drains.
+      if (model.engine.stopping()) throw unavailable("the server is shutting down");
+      return json_reply({{"status", "ok"}});
+    }
     if (route.path == "/v1/models")
       return json_reply({{"object", "list"},
                          {"data", json::array({{{"id", model.routes.model_id},
@@ -279,7 +284,9 @@ HttpServer::HttpServer(HttpOptions options, Metrics& metrics)
     : impl_(std::make_unique<Impl>(std::move(options), metrics)) {
   Impl& m = *impl_;
   const int threads = std::max(1, m.options.threads);
-  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  m.http.new_task_queue = [threads] {
+    return new ConnectionThreads(size_t(threads), std::chrono::seconds(30));
+  };
   m.http.set_payload_max_length(size_t(m.options.max_body_bytes));
   // Closed-loop clients reuse their connection for every request: do not cycle it every 5.
   m.http.set_keep_alive_max_count(1000000);

@@ -30,7 +30,9 @@ struct HttpOptions {
   int port = 8000;      // 0: an ephemeral port (bind() says which)
   std::string api_key;  // "": no authentication
   int64_t max_body_bytes = int64_t(4) << 20;
-  int threads = 64;  // connections served at once; more wait for a free thread
+  // Connections served at once, each on a thread started when it arrives (ended after 30 s
+  // idle); more wait for a free thread.
+  int threads = 1024;
 };
 
 // What the routes need once the model has loaded; it must outlive the server's serving.
