@@ -2,8 +2,8 @@
 // (503 until ready, so /health tells when the model is in), loads the tokenizer and the model on
 // a loader thread, then hands the routes a ServingModel. SIGINT and SIGTERM are taken by the main
 // thread (blocked everywhere else), which stops cleanly: the running round finishes, waiting
-// requests get 503, the HTTP threads are joined. A signal during the load exits at once: there
-// is nothing to finish yet.
+// requests get 503, the HTTP threads are joined (within a bound; a second signal exits at once).
+// A signal during the load exits at once: there is nothing to finish yet.
 #include <signal.h>
 
 #include <algorithm>
@@ -122,8 +122,9 @@ struct Served {
 // The running round ends and waiting requests get 503; then the HTTP threads finish their
 // connections. A client trickling bytes would hold that forever (httplib's read timeout restarts
 // with each byte), so connections get kDrainSeconds, and a second SIGINT or SIGTERM ends the
-// process at once, as a second Ctrl-C does llama.cpp's server and uvicorn.
-void drain(EngineLoop* engine, HttpServer& http, const sigset_t& stop_signals) {
+// process at once, as a second Ctrl-C does llama.cpp's server and uvicorn (status 1: accepted
+// work may have been cut). Returns `status`, or exits with it when the bound runs out.
+int drain(EngineLoop* engine, HttpServer& http, const sigset_t& stop_signals, int status) {
   constexpr int kDrainSeconds = 10;
   std::atomic<bool> engine_stopped{false}, drained{false};
   std::thread stopper([&] {
@@ -147,10 +148,11 @@ void drain(EngineLoop* engine, HttpServer& http, const sigset_t& stop_signals) {
       std::fprintf(stderr, "flide serve: connections still open after %d s, exiting\n",
                    kDrainSeconds);
       std::fflush(stderr);
-      std::_Exit(kExitOk);
+      std::_Exit(status);
     }
   }
   stopper.join();
+  return status;
 }
 
 }  // namespace
@@ -301,8 +303,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     }
   }
   loader.join();
-  drain(served.engine.get(), http, stop_signals);
-  return status;
+  return drain(served.engine.get(), http, stop_signals, status);
 }
 
 }  // namespace flide::cli
