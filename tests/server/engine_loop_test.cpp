@@ -277,27 +277,27 @@ TEST_P(EngineLoopTest, ARoundFormedWhileAnotherRunsTakesHalfTheRequestsWhenBalan
   }
 }
 
-TEST_P(EngineLoopTest, StoppingAnswersWaitingRequestsWith503) {
+TEST_P(EngineLoopTest, StoppingAnswersTheAdmittedRequestsAndRefusesNewOnes) {
   EngineLoop loop(*model_, options(ExecMode::ExecMode_fork, 4096, 100000), metrics_);
   std::promise<void> started, release;
   auto first = loop.submit(gated(request("Gate."), started, release.get_future()), nullptr);
   started.get_future().wait();
   std::vector<std::future<nlohmann::ordered_json>> waiting;
-  waiting.push_back(loop.submit(request("Waiting."), nullptr));
-  std::thread stopper([&] { loop.stop(); });  // returns once the running round has ended
-  // Admission closes as soon as stop() begins; until then requests keep queueing.
-  for (;;) {
-    try {
-      waiting.push_back(loop.submit(request("Racing stop."), nullptr));
-    } catch (const ApiError& e) {
-      EXPECT_EQ(e.status, 503);
-      break;
-    }
+  for (int i = 0; i < 3; ++i) waiting.push_back(loop.submit(request(cat("Waiting ", i)), nullptr));
+  std::thread stopper([&] { loop.stop(); });  // returns once every admitted request is answered
+  while (!loop.stopping()) std::this_thread::yield();
+  try {
+    loop.submit(request("After stop."), nullptr);
+    ADD_FAILURE() << "admitted after stop()";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 503);
   }
+  EXPECT_TRUE(loop.stopping());
   release.set_value();
   stopper.join();
   EXPECT_EQ(status_of(first), 200);
-  for (auto& answer : waiting) EXPECT_EQ(status_of(answer), 503);
+  for (auto& answer : waiting) EXPECT_EQ(status_of(answer), 200);
+  EXPECT_EQ(metric(metrics_.render(), "flide_queue_depth"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rounds, EngineLoopTest, ::testing::Bool(), [](const auto& info) {

@@ -1,7 +1,7 @@
 // The server's connections and its shutdown over real HTTP: more open keep-alive connections than
-// a fixed pool of threads would serve still leave /health answered at once; while SIGTERM drains
-// the running round /health answers 503; a client trickling bytes holds the exit for the drain's
-// bound only; and a second signal ends the process at once.
+// a fixed pool of threads would serve still leave /health answered at once; SIGTERM answers the
+// requests already admitted while new ones and /health get 503; a client trickling bytes holds the
+// exit for the drain's bound only; and a second signal ends the process at once.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -50,7 +50,7 @@ TEST(ServeShutdown, ManyKeepAliveConnectionsLeaveHealthAnswered) {
   EXPECT_EQ(server.stop(), 0) << server.stderr_text();
 }
 
-TEST(ServeShutdown, HealthIs503WhileTheRunningRoundDrains) {
+TEST(ServeShutdown, AStopAnswersTheAdmittedRequestsAndHealthIs503) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
@@ -63,10 +63,17 @@ TEST(ServeShutdown, HealthIs503WhileTheRunningRoundDrains) {
     body["questions"]["busy"] = {{"type", "noul"}, {"instructions", "Is the engine busy?"}};
     heavy = post(*http, "/v1/systemone", body.dump());
   });
-  // Running once its queue wait is observed.
+  // Running once its queue wait is observed; then one more request waits behind it.
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
   while (metric(get(*watch, "/metrics").text, "flide_queue_wait_seconds_count") < 1 &&
          Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  HttpAnswer queued;
+  std::thread queued_thread([&] {
+    const auto http = server.client();
+    queued = post(*http, "/v1/systemone", systemone_body().dump());
+  });
+  while (metric(get(*watch, "/metrics").text, "flide_queue_depth") < 1 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
 
   server.signal(SIGTERM);
@@ -76,11 +83,15 @@ TEST(ServeShutdown, HealthIs503WhileTheRunningRoundDrains) {
     if (health.status != 200) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  const HttpAnswer refused = post(*watch, "/v1/systemone", systemone_body().dump());
   heavy_thread.join();
+  queued_thread.join();
   EXPECT_EQ(health.status, 503) << health.text;
   EXPECT_EQ(health.body["error"]["type"], "unavailable_error") << health.text;
   EXPECT_NE(health.text.find("shutting down"), std::string::npos) << health.text;
-  EXPECT_EQ(heavy.status, 200) << heavy.text;  // the running round finished
+  EXPECT_EQ(heavy.status, 200) << heavy.text;      // the running round finished,
+  EXPECT_EQ(queued.status, 200) << queued.text;    // the admitted request ran,
+  EXPECT_EQ(refused.status, 503) << refused.text;  // and admission was closed
   watch.reset();
   EXPECT_EQ(exit_status(server), 0) << server.stderr_text();
 }

@@ -1,8 +1,8 @@
 // `flide serve`: the decision APIs over HTTP (server/http). It binds and starts answering first
 // (503 until ready, so /health tells when the model is in), loads the tokenizer and the model on
 // a loader thread, then hands the routes a ServingModel. SIGINT and SIGTERM are taken by the main
-// thread (blocked everywhere else), which stops cleanly: the running round finishes, waiting
-// requests get 503, the HTTP threads are joined (within a bound; a second signal exits at once).
+// thread (blocked everywhere else), which stops cleanly: new requests get 503, the admitted ones
+// are answered, the HTTP threads are joined (within a bound; a second signal exits at once).
 // A signal during the load exits at once: there is nothing to finish yet.
 #include <signal.h>
 
@@ -119,10 +119,10 @@ struct Served {
   std::unique_ptr<EngineLoop> engine;
 };
 
-// The running round ends and waiting requests get 503; then the HTTP threads finish their
-// connections. A client trickling bytes would hold that forever (httplib's read timeout restarts
-// with each byte), so connections get kDrainSeconds, and a second SIGINT or SIGTERM ends the
-// process at once, as a second Ctrl-C does llama.cpp's server and uvicorn (status 1: accepted
+// Admission closes (503) and the admitted requests are answered; then the HTTP threads finish
+// their connections. A client trickling bytes would hold that forever (httplib's read timeout
+// restarts with each byte), so connections get kDrainSeconds, and a second SIGINT or SIGTERM ends
+// the process at once, as a second Ctrl-C does llama.cpp's server and uvicorn (status 1: accepted
 // work may have been cut). Returns `status`, or exits with it when the bound runs out.
 int drain(EngineLoop* engine, HttpServer& http, const sigset_t& stop_signals, int status) {
   constexpr int kDrainSeconds = 10;

@@ -91,7 +91,7 @@ void EngineLoop::run() {
     }
     std::vector<Job> jobs =
         next_round(/*block=*/!flight, flight ? int64_t(flight->jobs.size()) : int64_t(0));
-    if (jobs.empty() && !flight) break;  // stopping
+    if (jobs.empty() && !flight) break;  // stopping, every admitted request answered
     std::optional<Flight> next;
     std::optional<std::string> refused;  // why the model refused the round as a whole (at submit)
     if (!jobs.empty()) {
@@ -111,11 +111,6 @@ void EngineLoop::run() {
       flight = std::move(next);
     }
   }
-  const std::lock_guard<std::mutex> lock(mutex_);
-  for (Job& job : waiting_)
-    job.answer.set_exception(std::make_exception_ptr(unavailable("the server is shutting down")));
-  waiting_.clear();
-  metrics_.set_queue_depth(0);
 }
 
 std::vector<EngineLoop::Job> EngineLoop::next_round(bool block, int64_t running) {
@@ -123,7 +118,7 @@ std::vector<EngineLoop::Job> EngineLoop::next_round(bool block, int64_t running)
   std::vector<Job> round;
   while (round.empty()) {
     if (block) wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
-    if (stopping_) return {};
+    if (stopping_ && waiting_.empty()) return {};
     const int64_t cap = options_.balance_rounds && running > 0
                             ? std::max<int64_t>(1, (int64_t(waiting_.size()) + running + 1) / 2)
                             : std::numeric_limits<int64_t>::max();

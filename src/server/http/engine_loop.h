@@ -58,12 +58,13 @@ class EngineLoop {
 
   // Admits a prepared request; the future yields its 200 body, or throws ApiError: 499 when
   // `client_gone` (asked just before the round) says the client disconnected, 500 when the
-  // model failed on it, 503 when the server stops first. Throws ApiError 429 at once when
-  // max_queue requests are waiting, 503 after stop().
+  // model failed on it. Throws ApiError 429 at once when max_queue requests are waiting, 503
+  // once stop() has begun.
   std::future<nlohmann::ordered_json> submit(PreparedRequest request,
                                              std::function<bool()> client_gone);
 
-  // Finishes the running round, answers the waiting requests 503 and joins the engine thread.
+  // Closes admission, runs every request already admitted (nothing accepted is lost; a second
+  // signal is the way to cut that short, cmd_serve.cpp) and joins the engine thread.
   void stop();
   bool stopping();  // stop() has begun: /health answers 503, as new requests get
 
@@ -85,7 +86,7 @@ class EngineLoop {
 
   void run();
   // The waiting requests that fit a round, `running` requests being on the device; with `block`,
-  // waits for one (empty when stopping).
+  // waits for one (empty when stopping with none left).
   std::vector<Job> next_round(bool block, int64_t running);
   Flight launch(std::vector<Job>& jobs);  // submits; on a throw `jobs` stay the caller's
   void land(Flight& flight);              // collects, renders and answers
