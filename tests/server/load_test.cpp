@@ -5,7 +5,6 @@
 // /metrics (its queue wait is observed when its round starts), not by sleeping.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <thread>
 
 #include "server_process.h"
@@ -13,31 +12,6 @@
 
 namespace flide::test {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::string metrics_text(httplib::Client& http) {
-  const httplib::Result result = http.Get("/metrics");
-  return result && result->status == 200 ? result->body : std::string();
-}
-
-// Polls /metrics until `name` reaches `value` (60 s at most); returns whether it did.
-bool wait_for_metric(httplib::Client& http, const std::string& name, double value) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < deadline) {
-    if (metric(metrics_text(http), name) >= value) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
-
-// One question on a state of ~2,500 tokens: about a second of the tiny model on one thread.
-ordered_json heavy_body() {
-  ordered_json body;
-  body["state"] = long_state(600);
-  body["questions"]["busy"] = {{"type", "noul"}, {"instructions", "Is the engine busy?"}};
-  return body;
-}
 
 const std::string kSystemOne200 = "flide_requests_total{route=\"/v1/systemone\",status=\"200\"}";
 

@@ -223,4 +223,18 @@ double metric(const std::string& metrics_text, const std::string& name_and_label
   return 0;
 }
 
+std::string metrics_text(httplib::Client& http) {
+  const httplib::Result result = http.Get("/metrics");
+  return result && result->status == 200 ? result->body : std::string();
+}
+
+bool wait_for_metric(httplib::Client& http, const std::string& name, double value) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline) {
+    if (metric(metrics_text(http), name) >= value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 }  // namespace flide::test

@@ -79,4 +79,10 @@ class RawConnection {
 // 0 when absent.
 double metric(const std::string& metrics_text, const std::string& name_and_labels);
 
+// The server's /metrics text ("" when it does not answer 200).
+std::string metrics_text(httplib::Client& http);
+
+// Polls /metrics until `name` reaches `value` (60 s at most); returns whether it did.
+bool wait_for_metric(httplib::Client& http, const std::string& name, double value);
+
 }  // namespace flide::test

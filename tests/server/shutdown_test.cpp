@@ -58,26 +58,20 @@ TEST(ServeShutdown, AStopAnswersTheAdmittedRequestsAndHealthIs503) {
   HttpAnswer heavy;
   std::thread heavy_thread([&] {
     const auto http = server.client();
-    ordered_json body;
-    body["state"] = long_state(600);  // about a second of the tiny model on one thread
-    body["questions"]["busy"] = {{"type", "noul"}, {"instructions", "Is the engine busy?"}};
-    heavy = post(*http, "/v1/systemone", body.dump());
+    heavy = post(*http, "/v1/systemone", heavy_body().dump());
   });
   // Running once its queue wait is observed; then one more request waits behind it.
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
-  while (metric(get(*watch, "/metrics").text, "flide_queue_wait_seconds_count") < 1 &&
-         Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_for_metric(*watch, "flide_queue_wait_seconds_count", 1);
   HttpAnswer queued;
   std::thread queued_thread([&] {
     const auto http = server.client();
     queued = post(*http, "/v1/systemone", systemone_body().dump());
   });
-  while (metric(get(*watch, "/metrics").text, "flide_queue_depth") < 1 && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_for_metric(*watch, "flide_queue_depth", 1);
 
   server.signal(SIGTERM);
   HttpAnswer health;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
   while (Clock::now() < deadline) {
     health = get(*watch, "/health");
     if (health.status != 200) break;

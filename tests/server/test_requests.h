@@ -52,6 +52,14 @@ inline std::string long_state(int words) {
   return text;
 }
 
+// One question on a state of ~2,500 tokens: about a second of the tiny model on one thread.
+inline ordered_json heavy_body() {
+  ordered_json body;
+  body["state"] = long_state(600);
+  body["questions"]["busy"] = {{"type", "noul"}, {"instructions", "Is the engine busy?"}};
+  return body;
+}
+
 inline double choice_confidence(const std::vector<double>& p) {
   const double n = double(p.size());
   if (p.size() < 2) return 1.0;
