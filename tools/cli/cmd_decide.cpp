@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "decide_request.h"
 #include "progress.h"
+#include "server/http/json_body.h"
 
 namespace flide::cli {
 
@@ -97,12 +98,8 @@ std::vector<Entry> parse_lines(const std::string& text, int64_t vocab_size) {
       const size_t reason = what.find(": ");
       entry.error = cat("not valid JSON at column ", e.byte, ": ",
                         reason == std::string::npos ? what : what.substr(reason + 2));
-    } catch (const json::out_of_range& e) {
-      // 406, a number such as 1e999: the server's wording (server/http/json_body.cpp), untagged.
-      const std::string what = e.what();
-      const size_t reason = what.find("] ");
-      entry.error = cat("a number too large for a double: ",
-                        reason == std::string::npos ? what : what.substr(reason + 2));
+    } catch (const json::out_of_range& e) {  // 406, a number such as 1e999
+      entry.error = cat("a number too large for a double: ", server::untagged(e));
     } catch (const std::exception& e) {
       entry.error = e.what();
     }

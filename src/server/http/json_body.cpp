@@ -10,16 +10,11 @@
 
 namespace flide::server {
 
-namespace {
-
-// nlohmann's what() starts with a tag such as "[json.exception.parse_error.101] ": the rest.
 std::string untagged(const nlohmann::ordered_json::exception& e) {
   const std::string what = e.what();
   const size_t tag_end = what.find("] ");
   return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
 }
-
-}  // namespace
 
 nlohmann::ordered_json parse_json_body(std::string_view body, Route route) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)

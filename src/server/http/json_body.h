@@ -7,6 +7,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "server/routes/errors.h"
@@ -14,5 +15,8 @@
 namespace flide::server {
 
 nlohmann::ordered_json parse_json_body(std::string_view body, Route route);
+
+// nlohmann's what() without its tag ("[json.exception.parse_error.101] "): the reason alone.
+std::string untagged(const nlohmann::ordered_json::exception& e);
 
 }  // namespace flide::server
