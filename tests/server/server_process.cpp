@@ -189,25 +189,53 @@ void RawConnection::send(const std::string& bytes) {
   }
 }
 
+namespace {
+
+// The length of the whole response at the start of `text` (headers and a Content-Length body),
+// or 0 while it has not all come.
+size_t whole_response(const std::string& text) {
+  const size_t head_end = text.find("\r\n\r\n");
+  if (head_end == std::string::npos) return 0;
+  const size_t length_at = text.find("Content-Length: ");
+  if (length_at == std::string::npos || length_at > head_end) return 0;
+  const size_t size = head_end + 4 + std::stoul(text.substr(length_at + 16));
+  return text.size() >= size ? size : 0;
+}
+
+}  // namespace
+
 std::string RawConnection::receive() {
-  std::string text;
+  std::vector<std::string> responses = receive(1);
+  return responses.empty() ? std::string() : responses[0];
+}
+
+std::vector<std::string> RawConnection::receive(size_t count) {
+  std::vector<std::string> responses;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
-  while (Clock::now() < deadline) {
+  // Keep-alive would hold the connection open for seconds: stop at the last whole response.
+  while (responses.size() < count) {
+    if (const size_t size = whole_response(pending_)) {
+      responses.push_back(pending_.substr(0, size));
+      pending_.erase(0, size);
+      continue;
+    }
+    if (Clock::now() >= deadline) break;
     pollfd p{fd_, POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
     char buffer[4096];
     const ssize_t n = recv(fd_, buffer, sizeof buffer, 0);
     if (n <= 0) break;
-    text.append(buffer, size_t(n));
-    // One whole response (headers and a Content-Length body) is enough: keep-alive would hold
-    // the connection open for seconds.
-    const size_t head_end = text.find("\r\n\r\n");
-    const size_t length_at = text.find("Content-Length: ");
-    if (head_end != std::string::npos && length_at != std::string::npos && length_at < head_end &&
-        text.size() >= head_end + 4 + std::stoul(text.substr(length_at + 16)))
-      break;
+    pending_.append(buffer, size_t(n));
   }
-  return text;
+  if (responses.size() < count && !pending_.empty()) {
+    responses.push_back(std::move(pending_));
+    pending_.clear();
+  }
+  return responses;
+}
+
+void RawConnection::shut_sending() {
+  shutdown(fd_, SHUT_WR);
 }
 
 void RawConnection::close() {

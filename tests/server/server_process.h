@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "common/tiny_model.h"
 
@@ -69,10 +70,16 @@ class RawConnection {
   void send(const std::string& bytes);
   // One response (or what came until the server closed, or 10 s passed).
   std::string receive();
+  // Up to `count` responses, in order, each whole (headers and its Content-Length body); the
+  // last is what came of one cut short when the server closed or 10 s passed. Bytes read past
+  // the last are kept for the next call.
+  std::vector<std::string> receive(size_t count);
+  void shut_sending();  // half-close: the server reads the end of the stream, and can still answer
   void close();
 
  private:
   int fd_ = -1;
+  std::string pending_;  // received, not yet returned
 };
 
 // The value of `name` (a sample line `name value` or `name{labels} value`) in /metrics text;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "server/http/connection_stream.h"
 #include "server/http/connection_threads.h"
 #include "server/http/disconnect_probe.h"
 #include "server/http/json_body.h"
@@ -123,7 +124,7 @@ double seconds_since(Clock::time_point start) {
 struct HttpServer::Impl {
   HttpOptions options;
   Metrics& metrics;
-  httplib::Server http;
+  KeepAliveServer http;  // pipelined requests are answered in order (connection_stream.h)
   std::atomic<const ServingModel*> serving{nullptr};
   std::thread thread;
   std::atomic<bool> listen_returned{false};
