@@ -45,7 +45,13 @@ void host_and_port(const sockaddr_storage& addr, socklen_t length, std::string& 
     host = text;
 }
 
+thread_local int tls_serving_socket = -1;
+
 }  // namespace
+
+int serving_socket() {
+  return tls_serving_socket;
+}
 
 ConnectionStream::ConnectionStream(int fd, std::chrono::microseconds read_timeout,
                                    std::chrono::microseconds write_timeout)
@@ -119,6 +125,7 @@ bool KeepAliveServer::process_and_close_socket(int fd) {
   using std::chrono::seconds;
   ConnectionStream stream(fd, seconds(read_timeout_sec_) + microseconds(read_timeout_usec_),
                           seconds(write_timeout_sec_) + microseconds(write_timeout_usec_));
+  tls_serving_socket = fd;
   bool served = false;
   for (size_t left = keep_alive_max_count_;
        left > 0 && stream.wait_for_request(seconds(keep_alive_timeout_sec_), svr_sock_); --left) {
@@ -126,6 +133,7 @@ bool KeepAliveServer::process_and_close_socket(int fd) {
     served = process_request(stream, left == 1, client_closes, nullptr);
     if (!served || client_closes) break;
   }
+  tls_serving_socket = -1;
   shutdown(fd, SHUT_RDWR);
   close(fd);
   return served;

@@ -43,6 +43,10 @@ class ConnectionStream final : public httplib::Stream {
   size_t end_ = 0;
 };
 
+// The socket of the connection the calling thread is serving (httplib runs each request's
+// handler on the thread that reads its connection), or -1 on any other thread.
+int serving_socket();
+
 // httplib's server, serving each connection through one ConnectionStream (its keep-alive loop
 // is httplib's otherwise: the same request count, idle timeout and stop check).
 class KeepAliveServer final : public httplib::Server {

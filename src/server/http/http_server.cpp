@@ -226,7 +226,7 @@ struct HttpServer::Impl {
         return Reply(200, metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
       const ServingModel* model = serving.load();
       if (!model) throw unavailable("Loading model");
-      return route_answer(*route, req, body, *model);
+      return route_answer(*route, body, *model);
     } catch (const ApiError& e) {
       return error_reply(e, req.path);
     } catch (const std::exception& e) {
@@ -234,8 +234,7 @@ struct HttpServer::Impl {
     }
   }
 
-  Reply route_answer(const RouteSpec& route, const httplib::Request& req, const std::string& body,
-                     const ServingModel& model) {
+  Reply route_answer(const RouteSpec& route, const std::string& body, const ServingModel& model) {
     if (route.path == "/health") {
       // A load balancer stops sending here while the server drains.
       if (model.engine.stopping()) throw unavailable("the server is shutting down");
@@ -259,9 +258,8 @@ struct HttpServer::Impl {
     PreparedRequest prepared = decision == Route::Route_systemone
                                    ? prepare_systemone(parsed, model.routes)
                                    : prepare_decisions(parsed, model.routes);
-    std::future<json> answer = model.engine.submit(
-        std::move(prepared),
-        make_disconnect_probe({req.local_addr, req.local_port, req.remote_addr, req.remote_port}));
+    std::future<json> answer =
+        model.engine.submit(std::move(prepared), make_disconnect_probe(serving_socket()));
     return json_reply(answer.get());
   }
 
