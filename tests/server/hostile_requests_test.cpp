@@ -97,14 +97,7 @@ Case post_without_length(std::string name, std::string path, int status, std::st
           [path = std::move(path)](httplib::Client&, int port) {
             RawConnection connection(port);
             connection.send("POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            const std::string response = connection.receive();
-            HttpAnswer answer;
-            const size_t body_at = response.find("\r\n\r\n");
-            if (response.rfind("HTTP/1.1 ", 0) != 0 || body_at == std::string::npos) return answer;
-            answer.status = std::stoi(response.substr(9, 3));
-            answer.text = response.substr(body_at + 4);
-            answer.body = ordered_json::parse(answer.text, nullptr, false);
-            return answer;
+            return parse_response(connection.receive());
           },
           status,
           std::move(type),

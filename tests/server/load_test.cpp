@@ -154,10 +154,7 @@ TEST(ServeLoad, ADisconnectedClientsRequestIsDroppedBeforeItRuns) {
   // A request admitted behind the long round, whose client then hangs up.
   const std::string body = systemone_body().dump();
   RawConnection gone(server.port());
-  gone.send(
-      "POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-      "Content-Length: " +
-      std::to_string(body.size()) + "\r\n\r\n" + body);
+  gone.send(raw_post("/v1/systemone", body));
   ASSERT_TRUE(wait_for_metric(*watch, "flide_queue_depth", 1));
   gone.close();
   heavy_thread.join();

@@ -9,38 +9,20 @@
 namespace flide::test {
 namespace {
 
-std::string get_request(const std::string& path, const std::string& extra_headers = "") {
-  return "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + extra_headers + "\r\n";
-}
-
-std::string post_request(const std::string& path, const std::string& body) {
-  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
-int status_of(const std::string& response) {
-  return response.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(response.substr(9, 3)) : 0;
-}
-
-ordered_json body_of(const std::string& response) {
-  const size_t at = response.find("\r\n\r\n");
-  return at == std::string::npos ? ordered_json()
-                                 : ordered_json::parse(response.substr(at + 4), nullptr, false);
-}
-
 TEST(Pipelining, RequestsSentTogetherAreAllAnsweredInOrder) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
   RawConnection connection(server.port());
-  connection.send(get_request("/health") + post_request("/tokenize", R"({"content": "hello"})") +
-                  get_request("/v1/models"));
+  connection.send(raw_get("/health") + raw_post("/tokenize", R"({"content": "hello"})") +
+                  raw_get("/v1/models"));
   const std::vector<std::string> responses = connection.receive(3);
   ASSERT_EQ(responses.size(), 3u);
-  for (const std::string& response : responses) EXPECT_EQ(status_of(response), 200) << response;
-  EXPECT_EQ(body_of(responses[0])["status"], "ok") << responses[0];
-  EXPECT_TRUE(body_of(responses[1])["tokens"].is_array()) << responses[1];
-  EXPECT_EQ(body_of(responses[2])["object"], "list") << responses[2];
+  for (const std::string& response : responses)
+    EXPECT_EQ(parse_response(response).status, 200) << response;
+  EXPECT_EQ(parse_response(responses[0]).body["status"], "ok") << responses[0];
+  EXPECT_TRUE(parse_response(responses[1]).body["tokens"].is_array()) << responses[1];
+  EXPECT_EQ(parse_response(responses[2]).body["object"], "list") << responses[2];
 }
 
 // Bodies longer than a read-ahead (4 KB in httplib): each request is read to its own end, and
@@ -63,18 +45,18 @@ TEST(Pipelining, LongBodiesStayInStepAndGetTheirOwnAnswers) {
   ASSERT_EQ(second_alone.status, 200) << second_alone.text;
 
   RawConnection connection(server.port());
-  connection.send(post_request("/v1/systemone", first_text) +
-                  post_request("/v1/systemone", second_text) + get_request("/health"));
+  connection.send(raw_post("/v1/systemone", first_text) + raw_post("/v1/systemone", second_text) +
+                  raw_get("/health"));
   const std::vector<std::string> responses = connection.receive(3);
   ASSERT_EQ(responses.size(), 3u);
-  ASSERT_EQ(status_of(responses[0]), 200) << responses[0];
-  ASSERT_EQ(status_of(responses[1]), 200) << responses[1];
-  EXPECT_EQ(body_of(responses[0])["answers"], first_alone.body["answers"]);
-  EXPECT_EQ(body_of(responses[1])["answers"], second_alone.body["answers"]);
+  ASSERT_EQ(parse_response(responses[0]).status, 200) << responses[0];
+  ASSERT_EQ(parse_response(responses[1]).status, 200) << responses[1];
+  EXPECT_EQ(parse_response(responses[0]).body["answers"], first_alone.body["answers"]);
+  EXPECT_EQ(parse_response(responses[1]).body["answers"], second_alone.body["answers"]);
   EXPECT_NE(first_alone.body["usage"], second_alone.body["usage"]);  // the two are told apart
-  EXPECT_EQ(body_of(responses[0])["usage"], first_alone.body["usage"]);
-  EXPECT_EQ(body_of(responses[1])["usage"], second_alone.body["usage"]);
-  EXPECT_EQ(status_of(responses[2]), 200) << responses[2];
+  EXPECT_EQ(parse_response(responses[0]).body["usage"], first_alone.body["usage"]);
+  EXPECT_EQ(parse_response(responses[1]).body["usage"], second_alone.body["usage"]);
+  EXPECT_EQ(parse_response(responses[2]).status, 200) << responses[2];
 }
 
 // A request with `Connection: close` is the connection's last: what was pipelined after it is
@@ -84,10 +66,10 @@ TEST(Pipelining, ConnectionCloseEndsThePipeline) {
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
   RawConnection connection(server.port());
-  connection.send(get_request("/health", "Connection: close\r\n") + get_request("/v1/models"));
+  connection.send(raw_get("/health", "Connection: close\r\n") + raw_get("/v1/models"));
   const std::vector<std::string> responses = connection.receive(2);
   ASSERT_EQ(responses.size(), 1u);
-  EXPECT_EQ(status_of(responses[0]), 200) << responses[0];
+  EXPECT_EQ(parse_response(responses[0]).status, 200) << responses[0];
   EXPECT_NE(responses[0].find("Connection: close"), std::string::npos) << responses[0];
 }
 
@@ -99,12 +81,12 @@ TEST(Pipelining, AHalfClosedClientStillGetsItsAnswers) {
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
   RawConnection connection(server.port());
-  connection.send(get_request("/health") + get_request("/v1/models"));
+  connection.send(raw_get("/health") + raw_get("/v1/models"));
   connection.shut_sending();
   const std::vector<std::string> responses = connection.receive(2);
   ASSERT_EQ(responses.size(), 2u);
-  EXPECT_EQ(body_of(responses[0])["status"], "ok") << responses[0];
-  EXPECT_EQ(body_of(responses[1])["object"], "list") << responses[1];
+  EXPECT_EQ(parse_response(responses[0]).body["status"], "ok") << responses[0];
+  EXPECT_EQ(parse_response(responses[1]).body["object"], "list") << responses[1];
 }
 
 }  // namespace

@@ -167,6 +167,25 @@ HttpAnswer get(httplib::Client& client, const std::string& path, const httplib::
   return answer_of(client.Get(path, headers));
 }
 
+std::string raw_get(const std::string& path, const std::string& extra_headers) {
+  return "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra_headers + "\r\n";
+}
+
+std::string raw_post(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+HttpAnswer parse_response(const std::string& response) {
+  HttpAnswer answer;
+  const size_t body_at = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.1 ", 0) != 0 || body_at == std::string::npos) return answer;
+  answer.status = std::stoi(response.substr(9, 3));
+  answer.text = response.substr(body_at + 4);
+  answer.body = nlohmann::ordered_json::parse(answer.text, nullptr, false);
+  return answer;
+}
+
 RawConnection::RawConnection(int port) {
   fd_ = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

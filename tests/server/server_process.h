@@ -59,6 +59,14 @@ HttpAnswer post(httplib::Client& client, const std::string& path, const std::str
 HttpAnswer get(httplib::Client& client, const std::string& path,
                const httplib::Headers& headers = {});
 
+// The bytes of a GET (with any more header lines, each ending in CRLF) and of a POST with a
+// JSON body, for a RawConnection to send.
+std::string raw_get(const std::string& path, const std::string& extra_headers = "");
+std::string raw_post(const std::string& path, const std::string& body);
+// A response as a RawConnection receives it, parsed: its status (0 when it is not an HTTP/1.1
+// response), body text and JSON body; its headers stay in the raw text.
+HttpAnswer parse_response(const std::string& response);
+
 // A TCP connection to the server on which the test writes raw bytes (malformed HTTP, a client
 // that hangs up). Closed on destruction.
 class RawConnection {

@@ -37,7 +37,7 @@ TEST(ServeShutdown, ManyKeepAliveConnectionsLeaveHealthAnswered) {
   const Clock::time_point start = Clock::now();
   for (int i = 0; i < kConnections; ++i) {
     open.push_back(std::make_unique<RawConnection>(server.port()));
-    open.back()->send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");  // keep-alive: it stays open
+    open.back()->send(raw_get("/health"));  // keep-alive: it stays open
     const std::string response = open.back()->receive();
     ASSERT_EQ(response.rfind("HTTP/1.1 200", 0), 0u) << "connection " << i << ": " << response;
   }
@@ -58,7 +58,7 @@ TEST(ServeShutdown, IdleKeepAliveConnectionsDoNotHoldTheExit) {
   std::vector<std::unique_ptr<RawConnection>> idle;
   for (int i = 0; i < 4; ++i) {
     idle.push_back(std::make_unique<RawConnection>(server.port()));
-    idle.back()->send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    idle.back()->send(raw_get("/health"));
     ASSERT_EQ(idle.back()->receive().rfind("HTTP/1.1 200", 0), 0u);
   }
   const Clock::time_point start = Clock::now();
