@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "engine/decision_calibration.h"
 
 namespace flide {
 
@@ -129,7 +130,8 @@ std::string render_question_prompt(const std::string& state_text, const Decision
 }
 
 Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_text,
-                         const std::vector<DecisionQuestion>& questions) {
+                         const std::vector<DecisionQuestion>& questions,
+                         const DecisionCalibration* calibration) {
   if (questions.empty()) throw Error("a decision needs at least one question");
   for (size_t i = 0; i < questions.size(); ++i) validate_question(i, questions[i]);
 
@@ -167,6 +169,11 @@ Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_te
     child.tokens.assign(tokens[i].begin() + trunk, tokens[i].end());
     child.readout = ReadoutKind::ReadoutKind_choice;
     child.label_ids = label_ids(tokenizer, i, texts[i], questions[i].options.size());
+    if (!calibration) return;
+    const DecisionQuestion& q = questions[i];
+    child.temperature = calibration->temperature(q.type, q.options.size());
+    if (q.type == QuestionType::QuestionType_noul && calibration->noul_bias() != 0.0)
+      child.label_bias = {calibration->noul_bias(), 0.0};  // yes is option 0
   });
   return tree;
 }

@@ -41,12 +41,15 @@ std::string render_question_content(const std::string& state_text, const Decisio
 // The full chat prompt: ChatML user turn + generation prompt with an empty think block.
 std::string render_question_prompt(const std::string& state_text, const DecisionQuestion& q);
 
+class DecisionCalibration;  // engine/decision_calibration.h
+
 // Tokenizes every question's full prompt (on all cores when they are long) and forms the tree:
 // trunk = longest common token prefix, one child per question with a choice readout over its
-// option letters. Errors
-// (flide::Error) name the question index: no options, more than kMaxOptions, a label that is
-// not one token when appended to the prompt.
+// option letters, at the temperature (and, for noul, the bias on yes) of `calibration`; none
+// given, T = 1. Errors (flide::Error) name the question index: no options, more than
+// kMaxOptions, a label that is not one token when appended to the prompt.
 Tree build_decision_tree(const Tokenizer& tokenizer, const std::string& state_text,
-                         const std::vector<DecisionQuestion>& questions);
+                         const std::vector<DecisionQuestion>& questions,
+                         const DecisionCalibration* calibration = nullptr);
 
 }  // namespace flide

@@ -1,6 +1,7 @@
 // Forked and independent execution of decision trees, and the readout arithmetic shared by
 // both: a choice is the softmax of the label logits (equal to the full softmax renormalised
-// over the labels), a log-likelihood sums log-softmax entries over the node's own tokens.
+// over the labels; divided by the node's temperature and shifted by its label biases first), a
+// log-likelihood sums log-softmax entries over the node's own tokens.
 #include "engine/executor.h"
 
 #include <algorithm>
@@ -108,10 +109,14 @@ NodeResult compose(const Tree& tree, const PendingReadout& r, const ReadoutLogit
   if (node.readout == ReadoutKind::ReadoutKind_choice) {
     const double* s = logits.selected.data() + r.first_selected;
     const size_t n = node.label_ids.size();
-    const double top = *std::max_element(s, s + n);
+    // Uncalibrated (T = 1, no bias) this is s itself, bit for bit.
+    std::vector<double> scaled(n);
+    for (size_t i = 0; i < n; ++i)
+      scaled[i] = s[i] / node.temperature + (node.label_bias.empty() ? 0.0 : node.label_bias[i]);
+    const double top = *std::max_element(scaled.begin(), scaled.end());
     double total = 0.0;
     out.probs.resize(n);
-    for (size_t i = 0; i < n; ++i) total += out.probs[i] = std::exp(s[i] - top);
+    for (size_t i = 0; i < n; ++i) total += out.probs[i] = std::exp(scaled[i] - top);
     for (double& p : out.probs) p /= total;
     return out;
   }

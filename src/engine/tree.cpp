@@ -1,6 +1,7 @@
 // Tree validation and path lengths.
 #include "engine/tree.h"
 
+#include <cmath>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -28,6 +29,13 @@ void validate_tree(const Tree& tree, int64_t vocab_size) {
               cat(where, ": label id ", id, " outside the vocabulary [0, ", vocab_size, ")"));
         if (!seen.insert(id).second) throw Error(cat(where, ": label id ", id, " repeated"));
       }
+      if (!(node.temperature > 0.0) || !std::isfinite(node.temperature))
+        throw Error(cat(where, ": temperature ", node.temperature, " must be finite and > 0"));
+      if (!node.label_bias.empty() && node.label_bias.size() != node.label_ids.size())
+        throw Error(cat(where, ": ", node.label_bias.size(), " label biases for ",
+                        node.label_ids.size(), " labels"));
+      for (double bias : node.label_bias)
+        if (!std::isfinite(bias)) throw Error(cat(where, ": label bias ", bias, " is not finite"));
     }
   }
 }

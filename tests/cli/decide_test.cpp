@@ -117,6 +117,36 @@ TEST(CliDecideTest, ForkMatchesIndependentInF64) {
     }
 }
 
+// Text questions take the calibration's choice temperature (by bucket); token-id questions,
+// which are not OpenJev prompts, stay at T = 1.
+TEST(CliDecideTest, CalibrationTempersTextQuestionsOnly) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  ScratchDir dir;
+  const std::filesystem::path table =
+      dir.write("table.json",
+                R"({"decision_calibration": {"temperature": {"choice": 0.6, "choice.2": 2.5}}})");
+  const std::string flag = "--dtype f64 --calibration " + shell_quote(table.string());
+  for (const std::string& input : {kExamples, kExampleIds}) {
+    const CliResult plain = run_flide(decide(tiny_model_dir(), input, "--dtype f64"));
+    const CliResult tempered = run_flide(decide(tiny_model_dir(), input, flag));
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    ASSERT_EQ(tempered.exit_code, 0) << tempered.err;
+    const std::vector<json> a = json_lines(plain.out), b = json_lines(tempered.out);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      for (size_t q = 0; q < a[i]["questions"].size(); ++q) {
+        const auto p = a[i]["questions"][q]["probs"].get<std::vector<double>>();
+        const auto got = b[i]["questions"][q]["probs"].get<std::vector<double>>();
+        const double t = input == kExampleIds ? 1.0 : p.size() <= 2 ? 2.5 : 0.6;
+        double total = 0.0;
+        for (double x : p) total += std::pow(x, 1.0 / t);
+        ASSERT_EQ(got.size(), p.size());
+        for (size_t o = 0; o < p.size(); ++o)
+          EXPECT_NEAR(got[o], std::pow(p[o], 1.0 / t) / total, 1e-12) << i << "/" << q;
+      }
+  }
+}
+
 TEST(CliDecideTest, OutputFile) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ScratchDir dir;

@@ -28,25 +28,25 @@ inline Tree random_tree(std::mt19937& rng, int64_t vocab, int depth, int max_que
     return ids;
   };
   Tree tree;
-  tree.nodes.push_back({-1, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_none, {}});
+  tree.nodes.push_back(tree_node(-1, tokens(uniform(1, 300))));
   if (uniform(0, 3) == 0) {  // a readout on the trunk itself
     tree.nodes[0].readout = ReadoutKind::ReadoutKind_choice;
     tree.nodes[0].label_ids = labels(3);
   }
   const int questions = uniform(1, max_questions);
   for (int q = 0; q < questions; ++q) {
-    TreeNode node{0, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_choice,
-                  labels(uniform(2, 5))};
-    if (uniform(0, 4) == 0) node.readout = ReadoutKind::ReadoutKind_loglik;
-    tree.nodes.push_back(node);
+    TreeNode question = tree_node(0, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_choice,
+                                  labels(uniform(2, 5)));
+    if (uniform(0, 4) == 0) question.readout = ReadoutKind::ReadoutKind_loglik;
+    tree.nodes.push_back(question);
     const int32_t parent = int32_t(tree.nodes.size()) - 1;
     if (depth < 3) continue;
     for (int c = uniform(0, 3); c > 0; --c) {
       const bool loglik = uniform(0, 1) == 0;
       tree.nodes.push_back(
-          {parent, tokens(uniform(1, 40)),
-           loglik ? ReadoutKind::ReadoutKind_loglik : ReadoutKind::ReadoutKind_choice,
-           loglik ? std::vector<int32_t>{} : labels(uniform(2, 4))});
+          tree_node(parent, tokens(uniform(1, 40)),
+                    loglik ? ReadoutKind::ReadoutKind_loglik : ReadoutKind::ReadoutKind_choice,
+                    loglik ? std::vector<int32_t>{} : labels(uniform(2, 4))));
     }
   }
   return tree;

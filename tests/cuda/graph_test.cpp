@@ -33,14 +33,14 @@ Tree fixed_shape_tree(std::mt19937& rng, int64_t vocab, int trunk, int questions
     return v;
   };
   Tree tree;
-  tree.nodes.push_back({-1, ids(trunk), ReadoutKind::ReadoutKind_none, {}});
+  tree.nodes.push_back(tree_node(-1, ids(trunk)));
   for (int q = 0; q < questions; ++q) {
     std::vector<int32_t> labels;
     while (labels.size() < 4) {
       const int32_t l = id();
       if (std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
     }
-    tree.nodes.push_back({0, ids(length), ReadoutKind::ReadoutKind_choice, labels});
+    tree.nodes.push_back(tree_node(0, ids(length), ReadoutKind::ReadoutKind_choice, labels));
   }
   return tree;
 }

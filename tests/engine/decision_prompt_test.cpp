@@ -9,11 +9,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "engine/decision_calibration.h"
 
 namespace flide {
 namespace {
@@ -217,6 +219,37 @@ TEST_P(DecisionTreeTest, NoulAndScoreQuestions) {
   const DecisionQuestion score{
       QuestionType::QuestionType_score, "How urgent?", {{"0", "low"}, {"1", "mid"}, {"2", "high"}}};
   expect_exact("The server is down for every customer.", {noul, score});
+}
+
+// Each question's readout gets its type's and bucket's temperature; only noul gets the bias,
+// on yes (option 0); the tokens are the uncalibrated tree's.
+TEST_P(DecisionTreeTest, CalibrationSetsEachReadoutsTemperatureAndNoulBias) {
+  const DecisionCalibration calibration =
+      DecisionCalibration::from_config(nlohmann::json::parse(R"({"decision_temperature": 2.5,
+          "decision_calibration": {"temperature": {"choice": 0.85, "choice.6_10": 0.7,
+                                                   "noul": 1.5547},
+                                   "noul_bias": -0.25}})"),
+                                       "config.json");
+  const DecisionQuestion noul{
+      QuestionType::QuestionType_noul, "It is urgent.", {{"yes", ""}, {"no", ""}}};
+  const DecisionQuestion score{
+      QuestionType::QuestionType_score, "How urgent?", {{"0", "low"}, {"1", "mid"}, {"2", "high"}}};
+  const std::vector<DecisionQuestion> questions = {lettered(3), lettered(7), noul, score};
+  const Tree plain = build_decision_tree(*tokenizer_, "A state.", questions);
+  const Tree tree = build_decision_tree(*tokenizer_, "A state.", questions, &calibration);
+  ASSERT_EQ(tree.nodes.size(), 5u);
+  const double expected_t[] = {0.85, 0.7, 1.5547, 2.5};
+  for (size_t q = 0; q < questions.size(); ++q) {
+    const TreeNode& node = tree.nodes[q + 1];
+    EXPECT_EQ(node.tokens, plain.nodes[q + 1].tokens);
+    EXPECT_EQ(node.label_ids, plain.nodes[q + 1].label_ids);
+    EXPECT_EQ(node.temperature, expected_t[q]) << "question " << q;
+    EXPECT_EQ(plain.nodes[q + 1].temperature, 1.0);
+    EXPECT_TRUE(plain.nodes[q + 1].label_bias.empty());
+  }
+  EXPECT_TRUE(tree.nodes[1].label_bias.empty());
+  EXPECT_EQ(tree.nodes[3].label_bias, (std::vector<double>{-0.25, 0.0}));
+  EXPECT_TRUE(tree.nodes[4].label_bias.empty());
 }
 
 void expect_error(const std::function<void()>& f, const std::string& message) {

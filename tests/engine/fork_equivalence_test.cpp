@@ -4,7 +4,8 @@
 // modes share no stream layout, state slot or readout row, so agreement at float64 rounding
 // level means the visibility rule, state forking and selective readout compute the function
 // of independent prompts. Also: packing several requests into one round changes nothing, nor
-// does submitting a round while the one before is still in flight.
+// does submitting a round while the one before is still in flight; calibrated readouts are the
+// tempered softmax.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,6 +130,71 @@ TEST_P(ForkEquivalence, ChoiceProbabilitiesAreASoftmax) {
     }
     EXPECT_NEAR(total, 1.0, 1e-12);
   }
+}
+
+// A calibrated readout is softmax(s / T + b) over the label logits s: recomputed here from the
+// uncalibrated probabilities of the same tree, p_T ∝ p^(1/T)·e^b (log p differs from s by one
+// constant a node), in both modes, which still agree to 1e-12.
+TEST_P(ForkEquivalence, CalibratedReadoutsAreTheTemperedSoftmax) {
+  Executor exec(*model_);
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> temperature(0.3, 3.0), bias(-2.0, 2.0);
+  const Tree plain = random_tree(rng, model_->info().vocab_size, 2, 12);
+  Tree calibrated = plain;
+  for (TreeNode& node : calibrated.nodes) {
+    if (node.readout != ReadoutKind::ReadoutKind_choice) continue;
+    node.temperature = temperature(rng);
+    if (rng() % 2 == 0)
+      for (size_t i = 0; i < node.label_ids.size(); ++i) node.label_bias.push_back(bias(rng));
+  }
+  const auto reference = exec.run({plain}, ExecMode::ExecMode_fork);
+  const auto forked = exec.run({calibrated}, ExecMode::ExecMode_fork);
+  const auto independent = exec.run({calibrated}, ExecMode::ExecMode_independent);
+  EXPECT_LE(compare(calibrated, forked[0], independent[0]).prob, 1e-12);
+  int checked = 0;
+  for (size_t n = 0; n < plain.nodes.size(); ++n) {
+    const TreeNode& node = calibrated.nodes[n];
+    if (node.readout != ReadoutKind::ReadoutKind_choice) continue;
+    const std::vector<double>& p = reference[0].nodes[n].probs;
+    std::vector<double> expected(p.size());
+    double total = 0.0;
+    for (size_t i = 0; i < p.size(); ++i)
+      total += expected[i] = std::exp(std::log(p[i]) / node.temperature +
+                                      (node.label_bias.empty() ? 0.0 : node.label_bias[i]));
+    const std::vector<double>& got = forked[0].nodes[n].probs;
+    ASSERT_EQ(got.size(), p.size());
+    for (size_t i = 0; i < p.size(); ++i)
+      EXPECT_NEAR(got[i], expected[i] / total, 1e-12) << "node " << n << " label " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST_P(ForkEquivalence, ACalibrationOutsideItsDomainIsRefused) {
+  Executor exec(*model_);
+  std::mt19937 rng(std::random_device{}());
+  const Tree plain = random_tree(rng, model_->info().vocab_size, 2, 3);
+  const auto first_choice = [&](Tree& tree) -> TreeNode& {
+    for (TreeNode& node : tree.nodes)
+      if (node.readout == ReadoutKind::ReadoutKind_choice) return node;
+    throw Error("the random tree has no choice readout");
+  };
+  const auto refused = [&](auto&& mutate, const std::string& words) {
+    Tree tree = plain;
+    mutate(first_choice(tree));
+    try {
+      exec.run({tree}, ExecMode::ExecMode_fork);
+      ADD_FAILURE() << "accepted; expected an error with \"" << words << '"';
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused([](TreeNode& n) { n.temperature = 0.0; }, "temperature 0 must be finite and > 0");
+  refused([](TreeNode& n) { n.temperature = -1.0; }, "must be finite and > 0");
+  refused([](TreeNode& n) { n.temperature = std::nan(""); }, "must be finite and > 0");
+  refused([](TreeNode& n) { n.label_bias.assign(n.label_ids.size() + 1, 0.0); },
+          "label biases for");
+  refused([](TreeNode& n) { n.label_bias.assign(n.label_ids.size(), INFINITY); }, "is not finite");
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, ForkEquivalence,

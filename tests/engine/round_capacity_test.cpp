@@ -88,8 +88,8 @@ TEST(PadStream, KeepsTheRoundFirstAndStillValidates) {
 
 TEST(PadStream, FullVocabularyAndOversizedRoundsHaveNoBucket) {
   Tree tree;
-  tree.nodes.push_back({-1, std::vector<int32_t>(300, 5), ReadoutKind::ReadoutKind_none, {}});
-  tree.nodes.push_back({0, {1, 2, 3}, ReadoutKind::ReadoutKind_choice, {7, 8}});
+  tree.nodes.push_back(tree_node(-1, std::vector<int32_t>(300, 5)));
+  tree.nodes.push_back(tree_node(0, {1, 2, 3}, ReadoutKind::ReadoutKind_choice, {7, 8}));
   EXPECT_TRUE(capacity_for(forked_stream(tree), 512).has_value());
   EXPECT_FALSE(capacity_for(forked_stream(tree), 256).has_value());  // over the largest bucket
   StreamAssembler sa;

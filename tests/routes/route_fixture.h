@@ -28,7 +28,7 @@ inline const Tokenizer& tiny_tokenizer() {
 
 inline RouteContext context(RouteLimits limits = {}) {
   const Tokenizer& tokenizer = tiny_tokenizer();
-  return RouteContext{tokenizer, "flide-tiny-random", tokenizer.vocab_size(), limits};
+  return RouteContext{tokenizer, "flide-tiny-random", tokenizer.vocab_size(), limits, {}};
 }
 
 // The conformance suite's fixture (decision_api.md §1.6).

@@ -66,16 +66,17 @@ HttpAnswer answer_of(const httplib::Result& result) {
 
 }  // namespace
 
-ServerProcess::ServerProcess(const std::string& extra_args) {
-  start(extra_args);
+ServerProcess::ServerProcess(const std::string& extra_args,
+                             const std::filesystem::path& model_dir) {
+  start(extra_args, model_dir);
 }
 
-void ServerProcess::start(const std::string& extra_args) {
+void ServerProcess::start(const std::string& extra_args, const std::filesystem::path& model_dir) {
   static std::atomic<int> counter{0};
   stderr_file_ =
       std::filesystem::temp_directory_path() /
       ("flide_serve_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log");
-  std::vector<std::string> args = {FLIDE_BINARY, "serve", "--model",   tiny_model_dir().string(),
+  std::vector<std::string> args = {FLIDE_BINARY, "serve", "--model",   model_dir.string(),
                                    "--port",     "0",     "--threads", "1"};
   for (const std::string& word : words(extra_args)) args.push_back(word);
   std::vector<char*> argv;

@@ -19,9 +19,10 @@ namespace flide::test {
 
 class ServerProcess {
  public:
-  // `flide serve --model <tiny> --port 0 --threads 1 <extra_args>`; returns once /health is
-  // 200 (a test failure, and port() 0, when the server does not come up in 60 s).
-  explicit ServerProcess(const std::string& extra_args = "");
+  // `flide serve --model <model_dir> --port 0 --threads 1 <extra_args>`; returns once /health
+  // is 200 (a test failure, and port() 0, when the server does not come up in 60 s).
+  explicit ServerProcess(const std::string& extra_args = "",
+                         const std::filesystem::path& model_dir = tiny_model_dir());
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -38,7 +39,8 @@ class ServerProcess {
   std::string stderr_text() const;  // everything the server logged so far
 
  private:
-  void start(const std::string& extra_args);  // gtest's ASSERTs need a void function
+  // gtest's ASSERTs need a void function
+  void start(const std::string& extra_args, const std::filesystem::path& model_dir);
 
   pid_t pid_ = -1;
   int stdout_fd_ = -1;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -135,6 +136,15 @@ std::string read_file(const std::filesystem::path& path) {
   text << file.rdbuf();
   if (file.bad()) throw Error(cat("error while reading ", path));
   return text.str();
+}
+
+DecisionCalibration load_calibration(const std::filesystem::path& config_file,
+                                     const std::optional<std::string>& flag) {
+  const std::filesystem::path file = flag ? std::filesystem::path(*flag) : config_file;
+  const std::string source = flag ? cat("--calibration ", file) : cat(file);
+  const nlohmann::json config = nlohmann::json::parse(read_file(file), nullptr, false);
+  if (config.is_discarded()) throw Error(cat(source, " is not valid JSON"));
+  return DecisionCalibration::from_config(config, source);
 }
 
 std::vector<NumberedLine> nonblank_lines(const std::string& text) {

@@ -14,6 +14,7 @@
 
 #include "backend/ops.h"
 #include "core/dtype.h"
+#include "engine/decision_calibration.h"
 #include "engine/executor.h"
 #include "model/model.h"
 
@@ -88,6 +89,12 @@ int64_t parse_count(const std::optional<std::string>& value, const char* flag, i
 uint64_t parse_seed(const std::optional<std::string>& value);
 
 std::string read_file(const std::filesystem::path& path);  // Error naming the file
+
+// The decision calibration in `config_file` (engine/decision_calibration.h), or, when the
+// --calibration flag names a file, in that one instead (a JSON object with the same keys), for
+// a checkpoint whose config.json lacks them; Error naming the file and key at fault.
+DecisionCalibration load_calibration(const std::filesystem::path& config_file,
+                                     const std::optional<std::string>& flag);
 
 // The lines of a JSONL text that hold something (blank ones skipped), with their 1-based
 // numbers in the file, for errors that name the line.

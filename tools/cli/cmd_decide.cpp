@@ -36,7 +36,8 @@ or token ids (no tokenizer needed)
    "questions": [{"id": ..., "ids": [...], "label_ids": [...], "answer": 0}]}
 "id"s (string or integer) and "answer" (option index or null) are optional, unknown keys are
 ignored, blank lines are skipped. Text questions use the OpenJev prompt with options lettered
-A-Z then a-z (at most 52), each option shown as "[A] <option text>: ".
+A-Z then a-z (at most 52), each option shown as "[A] <option text>: ", and their probabilities
+the checkpoint's decision calibration, as `flide serve` (config.json's; see --calibration).
 
 Each input line gives one output line, in input order:
   {"id": ..., "questions": [{"id": ..., "probs": [...], "choice": i}],
@@ -63,6 +64,7 @@ options:
   --threads N         CPU threads (default: all cores; cpu only)
   --graphs on|off     cuda: pad each request to its capacity bucket and replay one CUDA graph
                       per bucket (default: on); no effect on cpu
+  --calibration FILE  decision temperatures instead of config.json's (flide serve --help)
   --help              this text
 
 When questions carry answers, `accuracy: k/n = p% (mode, dtype)` is printed on stderr at the end.
@@ -161,6 +163,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
                                        {"threads", true},
                                        {"graphs", true},
                                        {"quantization", true},
+                                       {"calibration", true},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -184,6 +187,8 @@ int cmd_decide(const std::vector<std::string>& argv) {
   }
 
   LoadedModel loaded = load_model_source(source, backend);
+  const DecisionCalibration calibration = load_calibration(
+      source.random ? source.path : source.path / "config.json", args.value("calibration"));
   std::vector<Entry> entries = parse_lines(input, loaded.model->info().vocab_size);
 
   // Only text requests need the tokenizer; a model directory without one serves token ids.
@@ -212,7 +217,8 @@ int cmd_decide(const std::vector<std::string>& argv) {
     std::string error = entry.error;
     if (entry.request) {
       try {
-        const Tree tree = decide_tree(*entry.request, tokenizer ? &*tokenizer : nullptr);
+        const Tree tree =
+            decide_tree(*entry.request, tokenizer ? &*tokenizer : nullptr, calibration);
         const auto start = std::chrono::steady_clock::now();
         const std::vector<TreeResult> results = executor.run({tree}, mode);
         const double ms =

@@ -91,6 +91,10 @@ options:
                         one question's whole prompt; longer gets 400 (default: the model's
                         max_position_embeddings)
   --max-body-bytes N    request body size; larger gets 413 (default: 4194304)
+  --calibration FILE    the decision temperatures to use instead of config.json's: a JSON
+                        object with "decision_calibration" ({"temperature": {"choice": T,
+                        "noul.2": T, ...}, "noul_bias": B}) and/or vLLM's
+                        "decision_temperature" (default: config.json's; none: T = 1)
   --round-tokens N      token rows per engine round; a larger request runs alone
                         (default: 65536)
   --help                this text
@@ -180,6 +184,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"balance-rounds", true},
                                        {"batch-invariant", false},
                                        {"quantization", true},
+                                       {"calibration", true},
                                        {"help", false}});
   if (args.has("help")) {
     std::cout << kUsage;
@@ -218,6 +223,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   limits.max_prompt_tokens = parse_count(args.value("max-prompt-tokens"), "max-prompt-tokens",
                                          limits.max_prompt_tokens, 0, int64_t(1) << 40);
   const int64_t position_limit = max_model_len(config_file);
+  const DecisionCalibration calibration = load_calibration(config_file, args.value("calibration"));
   limits.max_context_tokens = parse_count(args.value("max-context-tokens"), "max-context-tokens",
                                           position_limit, 1, int64_t(1) << 40);
   HttpOptions http_options;
@@ -263,7 +269,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
       engine_options.policy = graphs_policy(*served.loaded.ops, graphs);
       served.engine = std::make_unique<EngineLoop>(*served.loaded.model, engine_options, metrics);
       served.serving = std::make_unique<ServingModel>(
-          ServingModel{{*served.tokenizer, model_id(source), info.vocab_size, limits},
+          ServingModel{{*served.tokenizer, model_id(source), info.vocab_size, limits, calibration},
                        *served.engine,
                        position_limit,
                        int64_t(std::time(nullptr))});
@@ -273,10 +279,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
       std::fprintf(stderr,
                    "flide serve: ready in %.1f s: model %s (%" PRId64
                    " layers), --mode %s; at most %d options per question; max queued = %" PRId64
-                   " requests; rounds of up to %" PRId64 " tokens\n",
+                   " requests; rounds of up to %" PRId64 " tokens; calibration: %s\n",
                    seconds, served.serving->routes.model_id.c_str(), info.n_layers,
                    std::string(mode_name(engine_options.mode)).c_str(), kMaxOptions,
-                   engine_options.max_queue, engine_options.round_tokens);
+                   engine_options.max_queue, engine_options.round_tokens,
+                   calibration.describe().c_str());
     } catch (const std::exception& e) {
       load_error = e.what();
     }

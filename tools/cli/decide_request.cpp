@@ -145,10 +145,11 @@ DecideRequest parse_decide_request(const json& line, int64_t vocab_size) {
   return request;
 }
 
-Tree decide_tree(const DecideRequest& request, const Tokenizer* tokenizer) {
+Tree decide_tree(const DecideRequest& request, const Tokenizer* tokenizer,
+                 const DecisionCalibration& calibration) {
   if (!request.is_text) return request.tree;
   FLIDE_CHECK(tokenizer != nullptr, "text requests need the tokenizer");
-  return build_decision_tree(*tokenizer, request.context, request.prompts);
+  return build_decision_tree(*tokenizer, request.context, request.prompts, &calibration);
 }
 
 }  // namespace flide::cli

@@ -42,7 +42,9 @@ struct DecideRequest {
 // `vocab_size` bounds the ids of token-id requests.
 DecideRequest parse_decide_request(const nlohmann::ordered_json& line, int64_t vocab_size);
 
-// The request's tree (text requests are tokenized here; `tokenizer` may be null for id requests).
-Tree decide_tree(const DecideRequest& request, const Tokenizer* tokenizer);
+// The request's tree (text requests are tokenized here, their choice readouts at the
+// calibration's temperature; `tokenizer` may be null for id requests, which stay at T = 1).
+Tree decide_tree(const DecideRequest& request, const Tokenizer* tokenizer,
+                 const DecisionCalibration& calibration);
 
 }  // namespace flide::cli

@@ -35,9 +35,9 @@ Workload synthetic_workload(const SyntheticShape& shape, int64_t vocab_size, uin
   };
   Workload w;
   w.description = shape.name;
-  w.tree.nodes.push_back({-1, ids(shape.trunk_tokens), ReadoutKind::ReadoutKind_none, {}});
+  w.tree.nodes.push_back(tree_node(-1, ids(shape.trunk_tokens)));
   for (int32_t q = 0; q < shape.questions; ++q) {
-    TreeNode node{0, ids(shape.question_tokens), ReadoutKind::ReadoutKind_choice, {}};
+    TreeNode node = tree_node(0, ids(shape.question_tokens), ReadoutKind::ReadoutKind_choice);
     while (int32_t(node.label_ids.size()) < shape.labels) {
       const int32_t id = int32_t(rng() % range);
       if (std::find(node.label_ids.begin(), node.label_ids.end(), id) == node.label_ids.end())
@@ -71,7 +71,8 @@ Workload file_workload(const std::filesystem::path& file, int64_t vocab_size,
     Workload w;
     w.description = cat(file.filename().string(), " (request ",
                         request.id.is_null() ? cat("on line ", number) : request.id.dump(), ")");
-    w.tree = decide_tree(request, tokenizer ? &*tokenizer : nullptr);
+    // Calibration shapes answers after the model runs: a bench round is the same without it.
+    w.tree = decide_tree(request, tokenizer ? &*tokenizer : nullptr, DecisionCalibration{});
     return w;
   }
   throw Error(cat("--workload ", file.string(), ": no request (the file is empty)"));

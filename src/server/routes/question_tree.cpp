@@ -14,7 +14,7 @@ PreparedRequest prepare_tree(const RouteContext& ctx, Route route, const std::st
   // token after the prompt, i.e. a tokenizer unfit for the OpenJev labels; it still names the
   // question, and must stay a refusal rather than reach the engine.
   try {
-    out.tree = build_decision_tree(ctx.tokenizer, state_text, questions);
+    out.tree = build_decision_tree(ctx.tokenizer, state_text, questions, &ctx.calibration);
   } catch (const Error& e) {
     throw invalid_field(route, "questions", e.what());
   }
