@@ -35,16 +35,19 @@ inline Tree random_tree(std::mt19937& rng, int64_t vocab, int depth, int max_que
   }
   const int questions = uniform(1, max_questions);
   for (int q = 0; q < questions; ++q) {
-    TreeNode question = tree_node(0, tokens(uniform(1, 300)), ReadoutKind::ReadoutKind_choice,
-                                  labels(uniform(2, 5)));
+    // Drawn in this order (the tests' seeded trees depend on it), not in argument order.
+    std::vector<int32_t> ids = tokens(uniform(1, 300));
+    TreeNode question =
+        tree_node(0, std::move(ids), ReadoutKind::ReadoutKind_choice, labels(uniform(2, 5)));
     if (uniform(0, 4) == 0) question.readout = ReadoutKind::ReadoutKind_loglik;
     tree.nodes.push_back(question);
     const int32_t parent = int32_t(tree.nodes.size()) - 1;
     if (depth < 3) continue;
     for (int c = uniform(0, 3); c > 0; --c) {
       const bool loglik = uniform(0, 1) == 0;
+      std::vector<int32_t> child_ids = tokens(uniform(1, 40));
       tree.nodes.push_back(
-          tree_node(parent, tokens(uniform(1, 40)),
+          tree_node(parent, std::move(child_ids),
                     loglik ? ReadoutKind::ReadoutKind_loglik : ReadoutKind::ReadoutKind_choice,
                     loglik ? std::vector<int32_t>{} : labels(uniform(2, 4))));
     }
