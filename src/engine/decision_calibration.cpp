@@ -9,26 +9,14 @@ namespace flide {
 
 namespace {
 
-constexpr const char* kTypes[] = {"choice", "score", "noul"};
-constexpr const char* kBuckets[] = {"2", "3_5", "6_10", "11"};
-
-const char* type_name(QuestionType type) {
-  switch (type) {
-    case QuestionType::QuestionType_choice:
-      return "choice";
-    case QuestionType::QuestionType_score:
-      return "score";
-    case QuestionType::QuestionType_noul:
-      return "noul";
-  }
-  return "";
-}
+constexpr const char* kBuckets[] = {"2", "3_5", "6_10", "11"};  // by option count, see below
 
 bool known_key(const std::string& key) {
-  for (const char* type : kTypes) {
-    if (key == type) return true;
+  for (QuestionType type : kQuestionTypes) {
+    const std::string name = question_type_name(type);
+    if (key == name) return true;
     for (const char* bucket : kBuckets)
-      if (key == std::string(type) + "." + bucket) return true;
+      if (key == name + "." + bucket) return true;
   }
   return false;
 }
@@ -43,10 +31,7 @@ double temperature_value(const nlohmann::json& value, const std::string& where) 
 }  // namespace
 
 std::string option_bucket(size_t n_options) {
-  if (n_options <= 2) return "2";
-  if (n_options <= 5) return "3_5";
-  if (n_options <= 10) return "6_10";
-  return "11";
+  return kBuckets[n_options <= 2 ? 0 : n_options <= 5 ? 1 : n_options <= 10 ? 2 : 3];
 }
 
 DecisionCalibration DecisionCalibration::from_config(const nlohmann::json& config,
@@ -81,7 +66,7 @@ DecisionCalibration DecisionCalibration::from_config(const nlohmann::json& confi
 }
 
 double DecisionCalibration::temperature(QuestionType type, size_t n_options) const {
-  const std::string name = type_name(type);
+  const std::string name = question_type_name(type);
   for (const std::string& key : {name + "." + option_bucket(n_options), name})
     if (const auto it = temperatures_.find(key); it != temperatures_.end()) return it->second;
   return any_type_.value_or(1.0);

@@ -103,6 +103,18 @@ void run_tasks(size_t n, size_t threads, const std::function<void(size_t)>& task
 
 }  // namespace
 
+const char* question_type_name(QuestionType type) {
+  switch (type) {
+    case QuestionType::QuestionType_choice:
+      return "choice";
+    case QuestionType::QuestionType_score:
+      return "score";
+    case QuestionType::QuestionType_noul:
+      return "noul";
+  }
+  return "";
+}
+
 char option_label(int index) {
   FLIDE_CHECK(index >= 0 && index < kMaxOptions, "option index ", index);
   return index < 26 ? char('A' + index) : char('a' + (index - 26));

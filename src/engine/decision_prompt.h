@@ -18,6 +18,12 @@
 namespace flide {
 
 enum class QuestionType : uint8_t { QuestionType_choice, QuestionType_score, QuestionType_noul };
+constexpr QuestionType kQuestionTypes[] = {QuestionType::QuestionType_choice,
+                                           QuestionType::QuestionType_score,
+                                           QuestionType::QuestionType_noul};
+
+// System One's name of a type ("choice", "score", "noul"), also the calibration table's.
+const char* question_type_name(QuestionType type);
 
 struct DecisionOption {
   std::string key;          // choice: the caller's key; score: "0".."N-1"; noul: "yes"/"no"

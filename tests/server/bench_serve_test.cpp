@@ -3,30 +3,19 @@
 // with others differs by rounding only, and no top answer may change.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include "server_process.h"
 
 namespace flide::test {
 namespace {
-
-std::string run(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return out;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  pclose(pipe);
-  return out;
-}
 
 TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ServerProcess server("--dtype f64 --api-key k");
   ASSERT_GT(server.port(), 0);
   const std::string out =
-      run(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
-          " --workload race_one --clients 1,3 --duration 1 --warmup 0 --api-key k --json");
+      run_command(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
+                  " --workload race_one --clients 1,3 --duration 1 --warmup 0 --api-key k --json")
+          .output;
   const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
   ASSERT_TRUE(report.is_object()) << out;
   EXPECT_EQ(report["model"], "flide-tiny-random");
@@ -53,8 +42,10 @@ TEST(BenchServe, BatchInvariantServerAnswersTheSameBitsUnderLoad) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ServerProcess server("--batch-invariant");
   ASSERT_GT(server.port(), 0);
-  const std::string out = run(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
-                              " --workload race_all --clients 1,8 --duration 2 --warmup 0 --json");
+  const std::string out =
+      run_command(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
+                  " --workload race_all --clients 1,8 --duration 2 --warmup 0 --json")
+          .output;
   const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
   ASSERT_TRUE(report.is_object()) << out;
   const nlohmann::json& changes = report["top_answer_changes"];

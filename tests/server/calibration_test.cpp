@@ -5,10 +5,8 @@
 // float64 servers, so 1e-10), on both routes; confidence comes from the calibrated
 // probabilities; a malformed table stops `flide serve` before it listens, naming the key.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -139,15 +137,8 @@ TEST(ServeCalibration, AnswersAreTheTemperedSoftmaxOnBothRoutes) {
 }
 
 // `flide serve ...` run to its exit: status and everything it printed.
-std::pair<int, std::string> run_serve(const std::string& args) {
-  const std::string command = std::string(FLIDE_BINARY) + " serve --port 0 " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return {-1, "cannot run " + command};
-  std::string out;
-  char buffer[1024];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+CommandResult run_serve(const std::string& args) {
+  return run_command(std::string(FLIDE_BINARY) + " serve --port 0 " + args + " 2>&1");
 }
 
 TEST(ServeCalibration, AMalformedTableStopsTheServerBeforeItListens) {

@@ -3,9 +3,7 @@
 // unrounded), the confidences recomputed from the returned probabilities (1e-6, as llama.cpp's
 // conformance test), and fork and independent servers answering alike.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <set>
 
 #include "server_process.h"
@@ -277,16 +275,10 @@ TEST(ServeStartup, APortInUseIsAnError) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ServerProcess first;
   ASSERT_GT(first.port(), 0);
-  const std::string command = std::string(FLIDE_BINARY) + " serve --model " +
-                              tiny_model_dir().string() + " --port " +
-                              std::to_string(first.port()) + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buffer[1024];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  const int status = pclose(pipe);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << out;
+  const auto [exit_code, out] =
+      run_command(std::string(FLIDE_BINARY) + " serve --model " + tiny_model_dir().string() +
+                  " --port " + std::to_string(first.port()) + " 2>&1");
+  EXPECT_EQ(exit_code, 2) << out;
   EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
             std::string::npos)
       << out;

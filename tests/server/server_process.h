@@ -61,6 +61,14 @@ HttpAnswer post(httplib::Client& client, const std::string& path, const std::str
 HttpAnswer get(httplib::Client& client, const std::string& path,
                const httplib::Headers& headers = {});
 
+// A shell command run to its end (a flide command that should not start serving): its exit
+// status (-1 when it did not exit normally) and its standard output (add 2>&1 for stderr).
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+CommandResult run_command(const std::string& command);
+
 // The bytes of a GET (with any more header lines, each ending in CRLF) and of a POST with a
 // JSON body, for a RawConnection to send.
 std::string raw_get(const std::string& path, const std::string& extra_headers = "");

@@ -5,7 +5,6 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -138,13 +137,19 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
-DecisionCalibration load_calibration(const std::filesystem::path& config_file,
+nlohmann::json read_json_object(const std::filesystem::path& path, const std::string& source) {
+  nlohmann::json value = nlohmann::json::parse(read_file(path), nullptr, false);
+  if (value.is_discarded()) throw Error(cat(source, " is not valid JSON"));
+  if (!value.is_object()) throw Error(cat(source, " is not a JSON object"));
+  return value;
+}
+
+DecisionCalibration load_calibration(const nlohmann::json& config,
+                                     const std::filesystem::path& config_file,
                                      const std::optional<std::string>& flag) {
-  const std::filesystem::path file = flag ? std::filesystem::path(*flag) : config_file;
-  const std::string source = flag ? cat("--calibration ", file) : cat(file);
-  const nlohmann::json config = nlohmann::json::parse(read_file(file), nullptr, false);
-  if (config.is_discarded()) throw Error(cat(source, " is not valid JSON"));
-  return DecisionCalibration::from_config(config, source);
+  if (!flag) return DecisionCalibration::from_config(config, cat(config_file));
+  const std::string source = cat("--calibration ", std::filesystem::path(*flag));
+  return DecisionCalibration::from_config(read_json_object(*flag, source), source);
 }
 
 std::vector<NumberedLine> nonblank_lines(const std::string& text) {

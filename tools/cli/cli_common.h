@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,10 +91,16 @@ uint64_t parse_seed(const std::optional<std::string>& value);
 
 std::string read_file(const std::filesystem::path& path);  // Error naming the file
 
-// The decision calibration in `config_file` (engine/decision_calibration.h), or, when the
-// --calibration flag names a file, in that one instead (a JSON object with the same keys), for
-// a checkpoint whose config.json lacks them; Error naming the file and key at fault.
-DecisionCalibration load_calibration(const std::filesystem::path& config_file,
+// A JSON file's top-level object; Error "<path> is not valid JSON" or "... is not a JSON object"
+// (`source` names it, e.g. with its flag).
+nlohmann::json read_json_object(const std::filesystem::path& path, const std::string& source);
+
+// The decision calibration (engine/decision_calibration.h) in `config`, the checkpoint's parsed
+// config.json (`config_file`), or, when the --calibration flag names a file, in that one instead
+// (a JSON object with the same keys), for a checkpoint whose config.json lacks them; Error naming
+// the file and key at fault.
+DecisionCalibration load_calibration(const nlohmann::json& config,
+                                     const std::filesystem::path& config_file,
                                      const std::optional<std::string>& flag);
 
 // The lines of a JSONL text that hold something (blank ones skipped), with their 1-based

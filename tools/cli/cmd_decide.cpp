@@ -187,8 +187,10 @@ int cmd_decide(const std::vector<std::string>& argv) {
   }
 
   LoadedModel loaded = load_model_source(source, backend);
+  const std::filesystem::path config_file =
+      source.random ? source.path : source.path / "config.json";
   const DecisionCalibration calibration = load_calibration(
-      source.random ? source.path : source.path / "config.json", args.value("calibration"));
+      read_json_object(config_file, cat(config_file)), config_file, args.value("calibration"));
   std::vector<Entry> entries = parse_lines(input, loaded.model->info().vocab_size);
 
   // Only text requests need the tokenizer; a model directory without one serves token ids.

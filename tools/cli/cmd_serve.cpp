@@ -108,9 +108,7 @@ std::string model_id(const ModelSource& source) {
 }
 
 // max_position_embeddings of the text model (top level or text_config), 0 when absent.
-int64_t max_model_len(const std::filesystem::path& config_file) {
-  const nlohmann::json config = nlohmann::json::parse(read_file(config_file), nullptr, false);
-  if (!config.is_object()) throw Error(cat(config_file, " is not a JSON object"));
+int64_t max_model_len(const nlohmann::json& config) {
   const nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
   return text.value("max_position_embeddings", int64_t(0));
 }
@@ -222,8 +220,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
       parse_count(args.value("max-questions"), "max-questions", limits.max_questions, 1);
   limits.max_prompt_tokens = parse_count(args.value("max-prompt-tokens"), "max-prompt-tokens",
                                          limits.max_prompt_tokens, 0, int64_t(1) << 40);
-  const int64_t position_limit = max_model_len(config_file);
-  const DecisionCalibration calibration = load_calibration(config_file, args.value("calibration"));
+  const nlohmann::json config = read_json_object(config_file, cat(config_file));
+  const int64_t position_limit = max_model_len(config);
+  const DecisionCalibration calibration =
+      load_calibration(config, config_file, args.value("calibration"));
   limits.max_context_tokens = parse_count(args.value("max-context-tokens"), "max-context-tokens",
                                           position_limit, 1, int64_t(1) << 40);
   HttpOptions http_options;

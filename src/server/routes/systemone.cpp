@@ -167,9 +167,8 @@ DecisionQuestion noul_question(const json* criteria, const std::string& path) {
 QuestionType question_type(const json& question, const std::string& path) {
   const auto type = question.find("type");
   if (type == question.end()) fail(path, "must be provided");
-  if (*type == "choice") return QuestionType::QuestionType_choice;
-  if (*type == "score") return QuestionType::QuestionType_score;
-  if (*type == "noul") return QuestionType::QuestionType_noul;
+  for (QuestionType t : kQuestionTypes)
+    if (*type == question_type_name(t)) return t;
   fail(path, "must be one of: choice, score, noul");
 }
 
@@ -200,13 +199,12 @@ DecisionQuestion question(const std::string& id, const json& value, Asked& asked
 
 json answer(const Asked& asked, const std::vector<double>& p) {
   json out;
+  out["type"] = question_type_name(asked.type);
   switch (asked.type) {
     case QuestionType::QuestionType_noul:
-      out["type"] = "noul";
       out["noul"] = p[0];
       break;
     case QuestionType::QuestionType_choice: {
-      out["type"] = "choice";
       out["choice"] = asked.keys[argmax(p)];
       json probabilities = json::object();
       for (size_t i = 0; i < p.size(); ++i) probabilities[asked.keys[i]] = p[i];
@@ -215,7 +213,6 @@ json answer(const Asked& asked, const std::vector<double>& p) {
       break;
     }
     case QuestionType::QuestionType_score: {
-      out["type"] = "score";
       out["score"] = expected_level(p);
       out["legend"] = asked.legend;
       json probabilities = json::object();
