@@ -2,7 +2,7 @@
 # flide serve under load on the H200 (issue 4): builds flide with CUDA, then for each shape
 # starts `flide serve` on random weights of that shape with the Qwen2 tokenizer and runs
 # `flide bench-serve` against it, writing under $OUT (default ./h200-out), with the server's
-# /metrics after each workload. From the repo root:
+# /metrics after each workload and every request's latency (requests_<shape>_<workload>.jsonl). From the repo root:
 #   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
 # Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), GRAPHS (on|off),
 # SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant), POWER_CLIENTS (client counts,
@@ -35,7 +35,8 @@ for shape in ${shapes//,/ }; do
           --duration "${DURATION:-10}" --json | tee -a "$out/serve_power.jsonl"
     done
     $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "${CLIENTS:-1,8,64}" \
-        --duration "${DURATION:-10}" --json | tee -a "$out/bench_serve.jsonl"
+        --duration "${DURATION:-10}" --save-requests "$out/requests_${shape}_$w.jsonl" --json \
+        | tee -a "$out/bench_serve.jsonl"
     # The server's counters so far (round sizes, queue waits: cumulative over the workloads).
     python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
         "http://127.0.0.1:$port/metrics" > "$out/metrics_${shape}_$w.txt"

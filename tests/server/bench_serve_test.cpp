@@ -2,6 +2,12 @@
 // --json line. The server computes in float64, so the same request answered alone or batched
 // with others differs by rounding only, and no top answer may change.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "server_process.h"
 
@@ -12,9 +18,12 @@ TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ServerProcess server("--dtype f64 --api-key k");
   ASSERT_GT(server.port(), 0);
+  const std::filesystem::path saved = std::filesystem::temp_directory_path() /
+                                      ("flide_bench_serve_" + std::to_string(getpid()) + ".jsonl");
   const std::string out =
       run_command(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
-                  " --workload race_one --clients 1,3 --duration 1 --warmup 0 --api-key k --json")
+                  " --workload race_one --clients 1,3 --duration 1 --warmup 1 --api-key k" +
+                  " --save-requests " + saved.string() + " --json")
           .output;
   const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
   ASSERT_TRUE(report.is_object()) << out;
@@ -26,7 +35,40 @@ TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
     EXPECT_EQ(r["failed"], 0) << r;
     EXPECT_EQ(r["questions_per_s"].get<double>(), r["requests_per_s"].get<double>()) << r;
     EXPECT_LE(r["p50_ms"].get<double>(), r["p99_ms"].get<double>()) << r;
+    EXPECT_LE(r["p99_ms"].get<double>(), r["max_ms"].get<double>()) << r;
     EXPECT_GT(r["input_tokens_mean"].get<double>(), 0) << r;
+  }
+  // --save-requests: every answered request, the measured ones being those the report counts.
+  struct Seen {
+    int measured = 0, warmup = 0;
+    double max_ms = 0;
+  };
+  std::map<int, Seen> seen;  // by client count
+  std::ifstream lines(saved);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(r.is_object()) << line;
+    const int clients = r["clients"].get<int>();
+    EXPECT_EQ(r["status"], 200) << line;
+    EXPECT_GE(r["client"].get<int>(), 0) << line;
+    EXPECT_LT(r["client"].get<int>(), clients) << line;
+    EXPECT_GE(r["sent_s"].get<double>(), 0) << line;
+    EXPECT_GT(r["latency_ms"].get<double>(), 0) << line;
+    Seen& s = seen[clients];
+    if (r["measured"].get<bool>()) {
+      ++s.measured;
+      s.max_ms = std::max(s.max_ms, r["latency_ms"].get<double>());
+    } else {
+      ++s.warmup;
+    }
+  }
+  std::filesystem::remove(saved);
+  ASSERT_EQ(seen.size(), 2u);
+  for (const nlohmann::json& r : report["runs"]) {
+    const Seen& s = seen[r["clients"].get<int>()];
+    EXPECT_EQ(s.measured, r["requests"].get<int>()) << r;
+    EXPECT_GT(s.warmup, 0) << r;
+    EXPECT_EQ(s.max_ms, r["max_ms"].get<double>()) << r;
   }
   const nlohmann::json& changes = report["top_answer_changes"];
   EXPECT_GT(changes["compared"].get<int>(), 0) << changes;

@@ -9,6 +9,10 @@
 // the highest client count gives the share of top answers that batching under load changed
 // (0 for a batch-invariant server; the closing line also gives the largest probability
 // change).
+//
+// --save-requests FILE writes every answered request as a JSON line (as vLLM's benchmark
+// --save-detailed does): which client sent it, when, how long it took, its status, and whether
+// it fell in the measured window, so that a latency tail can be placed in time.
 #include <httplib.h>
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -41,7 +46,7 @@ constexpr const char* kUsage =
 
 Closed-loop clients against a decision server: for each client count, every client sends a
 request, waits for the answer and sends the next. Prints requests/s, questions/s and latency
-p50/p90/p99 per client count, and the share of top answers that differ between the lowest and
+p50/p90/p99/max per client count, and the share of top answers that differ between the lowest and
 the highest client count (the same requests, answered under different load).
 
 workloads (text; each request's state starts with a unique tag):
@@ -63,6 +68,9 @@ options:
                         POST /v1/systemone (default) or /v1/decisions
   --api-key KEY         sent as `Authorization: Bearer KEY`
   --seed N              synthetic text (default: 0)
+  --save-requests FILE  every answered request as a JSON line: clients, client, k, sent_s
+                        (from the start of its client count's warm-up), latency_ms, status,
+                        measured
   --json                one JSON line instead of the table
   --help                this text
 )";
@@ -117,6 +125,15 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
 }
 
+// One answered request (any status), for --save-requests.
+struct RequestRecord {
+  int client = 0;
+  int64_t k = 0;
+  double sent_s = 0, latency_ms = 0;
+  int status = 0;  // the HTTP status; 0 when no HTTP answer came
+  bool measured = false;
+};
+
 struct Phase {
   int clients = 0;
   int64_t requests = 0;   // 200s completed in the measured window
@@ -127,6 +144,7 @@ struct Phase {
   double input_tokens = 0;         // mean usage.input_tokens of the 200s
   std::vector<double> latency_ms;  // sorted
   std::map<int64_t, std::vector<std::vector<double>>> answers;  // request k -> probabilities
+  std::vector<RequestRecord> records;                           // in order of completion
 };
 
 struct Plan {
@@ -148,7 +166,7 @@ Phase run_phase(const Plan& plan, int clients) {
                                                    std::chrono::duration<double>(plan.duration_s));
   double input_tokens = 0;
 
-  const auto client_loop = [&] {
+  const auto client_loop = [&](int client_index) {
     const std::unique_ptr<httplib::Client> client = make_client(plan.url, plan.api_key);
     while (Clock::now() < end) {
       const int64_t k = next++;
@@ -160,6 +178,9 @@ Phase run_phase(const Plan& plan, int clients) {
       const Clock::time_point done = Clock::now();
       const bool measured = done >= measure_from && done <= end;
       const std::lock_guard<std::mutex> lock(mutex);
+      phase.records.push_back({client_index, k, std::chrono::duration<double>(sent - start).count(),
+                               std::chrono::duration<double, std::milli>(done - sent).count(),
+                               result ? result->status : 0, measured});
       if (!result || result->status != 200) {
         if (!measured) continue;
         if (result && result->status == 429) {
@@ -183,15 +204,30 @@ Phase run_phase(const Plan& plan, int clients) {
       ++phase.requests;
       phase.questions += int64_t(request.questions.size());
       input_tokens += answer["usage"].value("input_tokens", 0.0);
-      phase.latency_ms.push_back(std::chrono::duration<double, std::milli>(done - sent).count());
+      phase.latency_ms.push_back(phase.records.back().latency_ms);
     }
   };
   std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c) threads.emplace_back(client_loop);
+  for (int c = 0; c < clients; ++c) threads.emplace_back(client_loop, c);
   for (std::thread& t : threads) t.join();
   std::sort(phase.latency_ms.begin(), phase.latency_ms.end());
   if (phase.requests > 0) phase.input_tokens = input_tokens / double(phase.requests);
   return phase;
+}
+
+void save_requests(std::ofstream& file, const Phase& phase) {
+  for (const RequestRecord& r : phase.records)
+    file << json({{"clients", phase.clients},
+                  {"client", r.client},
+                  {"k", r.k},
+                  {"sent_s", r.sent_s},
+                  {"latency_ms", r.latency_ms},
+                  {"status", r.status},
+                  {"measured", r.measured}})
+                .dump()
+         << '\n';
+  file.flush();
+  if (!file) throw Error("--save-requests: writing the file failed");
 }
 
 struct Changes {
@@ -230,6 +266,7 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
                                        {"route", true},
                                        {"api-key", true},
                                        {"seed", true},
+                                       {"save-requests", true},
                                        {"json", false},
                                        {"help", false}});
   if (args.has("help")) {
@@ -247,6 +284,11 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
   plan.api_key = args.value("api-key").value_or("");
   const uint64_t seed = parse_seed(args.value("seed"));
   const bool as_json = args.has("json");
+  std::ofstream saved;
+  if (const std::optional<std::string> path = args.value("save-requests")) {
+    saved.open(*path, std::ios::trunc);
+    if (!saved) throw Error(cat("--save-requests: cannot write \"", *path, "\""));
+  }
 
   const std::unique_ptr<httplib::Client> probe = make_client(plan.url, plan.api_key);
   double tokens_per_word = 1;
@@ -271,6 +313,7 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
       std::fprintf(stderr, "bench-serve: %d client%s, %.0f s + %.0f s warm-up...\n", c,
                    c == 1 ? "" : "s", plan.duration_s, plan.warmup_s);
     phases.push_back(run_phase(plan, c));
+    if (saved.is_open()) save_requests(saved, phases.back());
   }
   // With one client count there is nothing to compare.
   const bool compared = phases.size() > 1;
@@ -289,6 +332,7 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
                       {"p50_ms", quantile(p.latency_ms, 0.5)},
                       {"p90_ms", quantile(p.latency_ms, 0.9)},
                       {"p99_ms", quantile(p.latency_ms, 0.99)},
+                      {"max_ms", quantile(p.latency_ms, 1.0)},
                       {"input_tokens_mean", p.input_tokens}});
     json out = {{"url", plan.url},
                 {"route", plan.path},
@@ -309,14 +353,16 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
   } else {
     std::printf("%s %s, model %s: workload %s, %.0f s per client count\n", plan.url.c_str(),
                 plan.path.c_str(), plan.model.c_str(), workload.c_str(), plan.duration_s);
-    std::printf("%8s %9s %8s %7s %9s %12s %9s %9s %9s %10s\n", "clients", "requests", "refused",
-                "failed", "req/s", "questions/s", "p50 ms", "p90 ms", "p99 ms", "in tokens");
+    std::printf("%8s %9s %8s %7s %9s %12s %9s %9s %9s %9s %10s\n", "clients", "requests", "refused",
+                "failed", "req/s", "questions/s", "p50 ms", "p90 ms", "p99 ms", "max ms",
+                "in tokens");
     for (const Phase& p : phases)
       std::printf("%8d %9" PRId64 " %8" PRId64 " %7" PRId64
-                  " %9.2f %12.1f %9.1f %9.1f %9.1f %10.0f\n",
+                  " %9.2f %12.1f %9.1f %9.1f %9.1f %9.1f %10.0f\n",
                   p.clients, p.requests, p.refused, p.failed, double(p.requests) / plan.duration_s,
                   double(p.questions) / plan.duration_s, quantile(p.latency_ms, 0.5),
-                  quantile(p.latency_ms, 0.9), quantile(p.latency_ms, 0.99), p.input_tokens);
+                  quantile(p.latency_ms, 0.9), quantile(p.latency_ms, 0.99),
+                  quantile(p.latency_ms, 1.0), p.input_tokens);
     if (compared)
       std::printf("top answers changed between %d and %d clients: %" PRId64 " of %" PRId64
                   " questions (%.2f%%); largest probability change %.3g\n",
