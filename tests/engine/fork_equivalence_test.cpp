@@ -24,6 +24,16 @@ namespace {
 const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
 using test::random_tree;
 
+// A random tree with at least one choice readout (random_tree may draw log-likelihood readouts
+// only, ~6% of small trees): the calibration tests need one, whatever the seed.
+Tree random_tree_with_a_choice(std::mt19937& rng, int64_t vocab, int depth, int max_questions) {
+  for (;;) {
+    Tree tree = random_tree(rng, vocab, depth, max_questions);
+    for (const TreeNode& node : tree.nodes)
+      if (node.readout == ReadoutKind::ReadoutKind_choice) return tree;
+  }
+}
+
 struct Diff {
   double prob = 0.0;    // max |p_fork - p_independent|
   double loglik = 0.0;  // max relative difference of loglik sums
@@ -139,7 +149,7 @@ TEST_P(ForkEquivalence, CalibratedReadoutsAreTheTemperedSoftmax) {
   Executor exec(*model_);
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> temperature(0.3, 3.0), bias(-2.0, 2.0);
-  const Tree plain = random_tree(rng, model_->info().vocab_size, 2, 12);
+  const Tree plain = random_tree_with_a_choice(rng, model_->info().vocab_size, 2, 12);
   Tree calibrated = plain;
   for (TreeNode& node : calibrated.nodes) {
     if (node.readout != ReadoutKind::ReadoutKind_choice) continue;
@@ -173,11 +183,11 @@ TEST_P(ForkEquivalence, CalibratedReadoutsAreTheTemperedSoftmax) {
 TEST_P(ForkEquivalence, ACalibrationOutsideItsDomainIsRefused) {
   Executor exec(*model_);
   std::mt19937 rng(std::random_device{}());
-  const Tree plain = random_tree(rng, model_->info().vocab_size, 2, 3);
-  const auto first_choice = [&](Tree& tree) -> TreeNode& {
-    for (TreeNode& node : tree.nodes)
-      if (node.readout == ReadoutKind::ReadoutKind_choice) return node;
-    throw Error("the random tree has no choice readout");
+  const Tree plain = random_tree_with_a_choice(rng, model_->info().vocab_size, 2, 3);
+  const auto first_choice = [](Tree& tree) -> TreeNode& {
+    return *std::find_if(tree.nodes.begin(), tree.nodes.end(), [](const TreeNode& node) {
+      return node.readout == ReadoutKind::ReadoutKind_choice;
+    });
   };
   const auto refused = [&](auto&& mutate, const std::string& words) {
     Tree tree = plain;
