@@ -2,12 +2,16 @@
 # flide serve under load on the H200 (issue 4): builds flide with CUDA, then for each shape
 # starts `flide serve` on random weights of that shape with the Qwen2 tokenizer and runs
 # `flide bench-serve` against it, writing under $OUT (default ./h200-out), with the server's
-# /metrics after each workload and every request's latency (requests_<shape>_<workload>.jsonl). From the repo root:
+# /metrics after each workload and every request's latency (requests_<shape>_<workload>.jsonl).
+# From the repo root:
 #   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
-# Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), GRAPHS (on|off),
-# SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant), POWER_CLIENTS (client counts,
-# e.g. 1,8, each run once more alone under bench/power_trace.py before the table: the GPU's
-# power, clock and energy per request under that load, in serve_power.jsonl).
+# Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), WARMUP (unmeasured seconds
+# before each, 2; the 4B shape's first rounds of each capacity take ~3 s), GRAPHS (on|off),
+# SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant), FLIDE (the binary that serves
+# and loads, default the fresh build-gpu one; e.g. a copy built from other sources),
+# POWER_CLIENTS (client counts, e.g. 1,8, each run once more alone under bench/power_trace.py
+# before the table: the GPU's power, clock and energy per request under that load, in
+# serve_power.jsonl).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 POWER_CLIENTS=${POWER_CLIENTS:-}
@@ -15,7 +19,7 @@ out=${OUT:-h200-out}
 mkdir -p "$out"
 shapes=${SHAPES:-qwen3_5_0_8b}
 workloads=${WORKLOADS:-quality_all}
-flide=build-gpu/tools/cli/flide
+flide=${FLIDE:-build-gpu/tools/cli/flide}
 FLIDE_TARGETS=flide bash scripts/device_build.sh > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 for shape in ${shapes//,/ }; do
   log="$out/serve_$shape.log"
@@ -35,7 +39,7 @@ for shape in ${shapes//,/ }; do
           --duration "${DURATION:-10}" --json | tee -a "$out/serve_power.jsonl"
     done
     $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "${CLIENTS:-1,8,64}" \
-        --duration "${DURATION:-10}" --save-requests "$out/requests_${shape}_$w.jsonl" --json \
+        --duration "${DURATION:-10}" --warmup "${WARMUP:-2}" --save-requests "$out/requests_${shape}_$w.jsonl" --json \
         | tee -a "$out/bench_serve.jsonl"
     # The server's counters so far (round sizes, queue waits: cumulative over the workloads).
     python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
