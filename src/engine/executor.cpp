@@ -109,14 +109,14 @@ NodeResult compose(const Tree& tree, const PendingReadout& r, const ReadoutLogit
   if (node.readout == ReadoutKind::ReadoutKind_choice) {
     const double* s = logits.selected.data() + r.first_selected;
     const size_t n = node.label_ids.size();
-    // Uncalibrated (T = 1, no bias) this is s itself, bit for bit.
-    std::vector<double> scaled(n);
-    for (size_t i = 0; i < n; ++i)
-      scaled[i] = s[i] / node.temperature + (node.label_bias.empty() ? 0.0 : node.label_bias[i]);
-    const double top = *std::max_element(scaled.begin(), scaled.end());
-    double total = 0.0;
+    // The calibrated logits, then their softmax, in place. Uncalibrated (T = 1, no bias) they
+    // are s itself, bit for bit.
     out.probs.resize(n);
-    for (size_t i = 0; i < n; ++i) total += out.probs[i] = std::exp(scaled[i] - top);
+    for (size_t i = 0; i < n; ++i)
+      out.probs[i] = s[i] / node.temperature + (node.label_bias.empty() ? 0.0 : node.label_bias[i]);
+    const double top = *std::max_element(out.probs.begin(), out.probs.end());
+    double total = 0.0;
+    for (double& p : out.probs) total += p = std::exp(p - top);
     for (double& p : out.probs) p /= total;
     return out;
   }

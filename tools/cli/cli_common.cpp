@@ -137,6 +137,12 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+std::ofstream open_output(const std::string& path, const char* flag) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) throw Error(cat("--", flag, ": cannot write \"", path, "\""));
+  return file;
+}
+
 nlohmann::json read_json_object(const std::filesystem::path& path, const std::string& source) {
   nlohmann::json value = nlohmann::json::parse(read_file(path), nullptr, false);
   if (value.is_discarded()) throw Error(cat(source, " is not valid JSON"));

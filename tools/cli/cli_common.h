@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -90,6 +91,9 @@ int64_t parse_count(const std::optional<std::string>& value, const char* flag, i
 uint64_t parse_seed(const std::optional<std::string>& value);
 
 std::string read_file(const std::filesystem::path& path);  // Error naming the file
+
+// `path` opened for writing (truncated), or Error "--<flag>: cannot write "<path>"".
+std::ofstream open_output(const std::string& path, const char* flag);
 
 // A JSON file's top-level object; Error "<path> is not valid JSON" or "... is not a JSON object"
 // (`source` names it, e.g. with its flag).

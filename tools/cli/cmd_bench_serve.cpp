@@ -285,10 +285,8 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
   const uint64_t seed = parse_seed(args.value("seed"));
   const bool as_json = args.has("json");
   std::ofstream saved;
-  if (const std::optional<std::string> path = args.value("save-requests")) {
-    saved.open(*path, std::ios::trunc);
-    if (!saved) throw Error(cat("--save-requests: cannot write \"", *path, "\""));
-  }
+  if (const std::optional<std::string> path = args.value("save-requests"))
+    saved = open_output(*path, "save-requests");
 
   const std::unique_ptr<httplib::Client> probe = make_client(plan.url, plan.api_key);
   double tokens_per_word = 1;

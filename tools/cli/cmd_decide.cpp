@@ -181,8 +181,7 @@ int cmd_decide(const std::vector<std::string>& argv) {
   std::ofstream output_file;
   std::ostream* out = &std::cout;
   if (auto path = args.value("output")) {
-    output_file.open(*path, std::ios::binary);
-    if (!output_file) throw Error(cat("--output: cannot write \"", *path, "\""));
+    output_file = open_output(*path, "output");
     out = &output_file;
   }
 
