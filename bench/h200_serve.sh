@@ -6,7 +6,8 @@
 # From the repo root:
 #   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
 # Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), WARMUP (unmeasured seconds
-# before each, 2; the 4B shape's first rounds of each capacity take ~3 s), GRAPHS (on|off),
+# before each, 2; at 4B, 8 clients that start together take ~3 s to settle into rounds of equal
+# size, warm-up or not), GRAPHS (on|off),
 # SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant), FLIDE (the binary that serves
 # and loads, default the fresh build-gpu one; e.g. a copy built from other sources),
 # POWER_CLIENTS (client counts, e.g. 1,8, each run once more alone under bench/power_trace.py

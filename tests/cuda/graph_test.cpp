@@ -6,7 +6,10 @@
 //   - rounds in flight (the next submitted before the last is collected) give the same bits;
 //   - padded rounds agree with unpadded ones to bf16 noise (cuBLAS may pick other algorithms
 //     for another row count, so bits may differ there);
-//   - ops captured one by one (set_op_capture) give the same bits, and replay_ops covers them all.
+//   - ops captured one by one (set_op_capture) give the same bits, and replay_ops covers them all;
+//   - the serving warm-up (engine/warmup.h), which grows the scratch arena past every round here
+//     (retiring their graphs), fills the GEMM plan cache and captures a graph of its own, leaves
+//     every later round the bits it had before.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include "common/overlapped_rounds.h"
 #include "cuda_test_util.h"
 #include "engine/executor.h"
+#include "engine/warmup.h"
 #include "model/model.h"
 
 namespace flide::test {
@@ -125,6 +129,29 @@ TEST_F(CudaGraphs, RoundsInFlightGiveTheBitsOfRoundsRunOneByOne) {
       for (size_t r = 0; r < rounds.size(); ++r)
         expect_same_bits(overlapped[r], eager[r], graphs ? "graphed, in flight" : "in flight");
     }
+  }
+}
+
+TEST_F(CudaGraphs, WarmUpLeavesEveryLaterRoundItsBits) {
+  const int64_t vocab = model_->info().vocab_size;
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<std::vector<Tree>> rounds = {
+      {fixed_shape_tree(rng, vocab, 300, 4, 20), fixed_shape_tree(rng, vocab, 90, 2, 7)},
+      {fixed_shape_tree(rng, vocab, 1000, 9, 33)},
+      {fixed_shape_tree(rng, vocab, 3000, 40, 50)}};
+  std::vector<std::vector<TreeResult>> before;
+  for (int pass = 0; pass < 2; ++pass)  // eager, then captured: the graphs the warm-up retires
+    for (const auto& trees : rounds) before.push_back(run(trees, true));
+
+  const CudaOps::GraphStats stats = cuda_->graph_stats();
+  const WarmupReport report =
+      warm_up(*model_, policy_, ExecMode::ExecMode_fork, WarmupShape{20000, 0, vocab});
+  EXPECT_GE(report.full_round_rows, 18000);
+  EXPECT_GE(cuda_->graph_stats().captured - stats.captured, 1);  // its small round's bucket
+
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    expect_same_bits(run(rounds[r], true), before[r], "after the warm-up");
+    expect_same_bits(before[rounds.size() + r], before[r], "captured before it");
   }
 }
 

@@ -269,6 +269,36 @@ TEST(ServeModes, ForkAndIndependentServersAnswerAlike) {
   EXPECT_EQ(independent.stop(), 0) << independent.stderr_text();
 }
 
+// --warmup (on by default on cuda, off on cpu) runs synthetic rounds before /health says 200:
+// they are not requests, so /metrics counts none of them, and the answers are a cold server's,
+// bit for bit.
+TEST(ServeStartup, AWarmedUpServerAnswersAsAColdOneAndCountsNoWarmUp) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  ServerProcess warm("--warmup on --round-tokens 3000 --dtype f64");
+  ServerProcess cold("--dtype f64");
+  ASSERT_GT(warm.port(), 0);
+  ASSERT_GT(cold.port(), 0);
+  EXPECT_NE(warm.stderr_text().find("warmed up in"), std::string::npos) << warm.stderr_text();
+  EXPECT_EQ(cold.stderr_text().find("warmed up"), std::string::npos) << cold.stderr_text();
+  auto warm_http = warm.client();
+  auto cold_http = cold.client();
+
+  const std::string metrics = get(*warm_http, "/metrics").text;
+  EXPECT_NE(metrics.find("flide_tokens_computed_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("flide_round_requests_count 0\n"), std::string::npos) << metrics;
+
+  const HttpAnswer a = post(*warm_http, "/v1/systemone", systemone_body().dump());
+  const HttpAnswer b = post(*cold_http, "/v1/systemone", systemone_body().dump());
+  ASSERT_EQ(a.status, 200) << a.text;
+  ASSERT_EQ(b.status, 200) << b.text;
+  EXPECT_EQ(a.body["answers"], b.body["answers"]);
+
+  warm_http.reset();
+  cold_http.reset();
+  EXPECT_EQ(warm.stop(), 0) << warm.stderr_text();
+  EXPECT_EQ(cold.stop(), 0) << cold.stderr_text();
+}
+
 // A second server on a taken port is an error, not a silent share of the port (httplib's default
 // SO_REUSEPORT would allow that).
 TEST(ServeStartup, APortInUseIsAnError) {

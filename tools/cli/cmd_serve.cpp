@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/decision_prompt.h"
+#include "engine/warmup.h"
 #include "server/http/http_server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -97,6 +98,10 @@ options:
                         "decision_temperature" (default: config.json's; none: T = 1)
   --round-tokens N      token rows per engine round; a larger request runs alone
                         (default: 65536)
+  --warmup on|off       before /health answers 200, run a synthetic round of --round-tokens
+                        rows and a small one, so that the first requests do not pay for
+                        loading kernels, growing buffers and capturing a graph, and a round of
+                        that size is known to fit (default: on with --device cuda, off on cpu)
   --help                this text
 )";
 
@@ -177,6 +182,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"max-context-tokens", true},
                                        {"max-body-bytes", true},
                                        {"round-tokens", true},
+                                       {"warmup", true},
                                        {"graphs", true},
                                        {"overlap-rounds", true},
                                        {"balance-rounds", true},
@@ -210,6 +216,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   EngineOptions engine_options;
   engine_options.mode = parse_mode(args.value("mode"));
   const bool graphs = parse_on_off(args.value("graphs"), "graphs");
+  const bool warmup = args.has("warmup") ? parse_on_off(args.value("warmup"), "warmup")
+                                         : backend.device == Device::Device_cuda;
   engine_options.overlap_rounds = parse_on_off(args.value("overlap-rounds"), "overlap-rounds");
   engine_options.balance_rounds = parse_on_off(args.value("balance-rounds"), "balance-rounds");
   engine_options.max_queue = parse_count(args.value("max-queue"), "max-queue", 128, 1, 4096);
@@ -267,6 +275,21 @@ int cmd_serve(const std::vector<std::string>& argv) {
       served.loaded = load_model_source(source, backend);
       const ModelInfo& info = served.loaded.model->info();
       engine_options.policy = graphs_policy(*served.loaded.ops, graphs);
+      if (warmup) {
+        WarmupReport w;
+        try {
+          w = warm_up(*served.loaded.model, engine_options.policy, engine_options.mode,
+                      {engine_options.round_tokens, limits.max_context_tokens, info.vocab_size});
+        } catch (const std::exception& e) {
+          throw Error(
+              cat("the warm-up round of ", engine_options.round_tokens,
+                  " token rows failed (lower --round-tokens, or --warmup off): ", e.what()));
+        }
+        std::fprintf(stderr,
+                     "flide serve: warmed up in %.1f s: a round of %" PRId64
+                     " token rows, then one of %" PRId64 " twice\n",
+                     w.seconds, w.full_round_rows, w.small_round_rows);
+      }
       served.engine = std::make_unique<EngineLoop>(*served.loaded.model, engine_options, metrics);
       served.serving = std::make_unique<ServingModel>(
           ServingModel{{*served.tokenizer, model_id(source), info.vocab_size, limits, calibration},
