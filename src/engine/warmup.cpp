@@ -64,12 +64,10 @@ Tree synthetic_tree(const TreeShape& s, int64_t vocab, std::mt19937_64& rng) {
 }
 
 // A question's tokens, and the longest context that leaves room for one, under the shape's
-// context limit.
+// context limit (below 2 tokens, which no request fits, the warm-up takes 2).
 std::pair<int64_t, int64_t> question_and_context(const WarmupShape& shape) {
-  FLIDE_CHECK(shape.max_context == 0 || shape.max_context >= 2, "warm-up: max_context ",
-              shape.max_context);
-  const int64_t max_context =
-      shape.max_context > 0 ? shape.max_context : kContextTokens + kQuestionTokens;
+  const int64_t max_context = shape.max_context > 0 ? std::max<int64_t>(shape.max_context, 2)
+                                                    : kContextTokens + kQuestionTokens;
   const int64_t question_tokens = std::min(kQuestionTokens, max_context / 2);
   return {question_tokens, std::min(kContextTokens, max_context - question_tokens)};
 }

@@ -3,10 +3,11 @@
 // so that its first clients do not pay for what a backend does on first use: on CUDA, loading
 // kernel modules and cuBLASLt's kernels, growing the scratch arena and workspaces to a full
 // round's size (growing mid-round drains the device and merges blocks after it), capturing a
-// graph. A full round also shows at start-up, not at the first large request, whether a round of
-// the configured size (of this shape) fits in device memory. The requests are random token ids (the model's
-// cost does not depend on their values) shaped like a decision request: a context of up to 4,096
-// tokens and 16 questions of 32 tokens, each with a 4-option choice readout.
+// graph. A full round also shows at start-up, not at the first large request, whether a round
+// of the configured size (of this shape) fits in device memory. The requests are random token
+// ids (the model's cost does not depend on their values) shaped like a decision request: a
+// context of up to 4,096 tokens and 16 questions of 32 tokens, each with a 4-option choice
+// readout.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,9 @@ struct WarmupShape {
   int64_t vocab_size = 0;
 };
 
-// Synthetic trees of about `rows` stream rows in all under `mode` (fewer by at most 10%; when
-// `rows` is less than a trunk token and a question, one such tree): as few trees as keep every
-// context within 4,096 tokens and max_context. Deterministic.
+// Synthetic trees of about `rows` stream rows in all under `mode` (fewer by 10% or 16 at most;
+// when `rows` is less than a trunk token and a question, one such tree): as few trees as keep
+// every context within 4,096 tokens and max_context. Deterministic.
 std::vector<Tree> warmup_trees(const WarmupShape& shape, ExecMode mode, int64_t rows);
 
 struct WarmupReport {

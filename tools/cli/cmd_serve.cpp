@@ -162,6 +162,22 @@ int drain(EngineLoop* engine, HttpServer& http, const sigset_t& stop_signals, in
   return status;
 }
 
+// engine/warmup.h, with a failure that says what to change.
+void warm_up_to_serve(Model& model, const EngineOptions& options, int64_t max_context) {
+  WarmupReport w;
+  try {
+    w = warm_up(model, options.policy, options.mode,
+                {options.round_tokens, max_context, model.info().vocab_size});
+  } catch (const std::exception& e) {
+    throw Error(cat("the warm-up round of ", options.round_tokens,
+                    " token rows failed (lower --round-tokens, or --warmup off): ", e.what()));
+  }
+  std::fprintf(stderr,
+               "flide serve: warmed up in %.1f s: a round of %" PRId64
+               " token rows, then one of %" PRId64 " twice\n",
+               w.seconds, w.full_round_rows, w.small_round_rows);
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
@@ -275,21 +291,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
       served.loaded = load_model_source(source, backend);
       const ModelInfo& info = served.loaded.model->info();
       engine_options.policy = graphs_policy(*served.loaded.ops, graphs);
-      if (warmup) {
-        WarmupReport w;
-        try {
-          w = warm_up(*served.loaded.model, engine_options.policy, engine_options.mode,
-                      {engine_options.round_tokens, limits.max_context_tokens, info.vocab_size});
-        } catch (const std::exception& e) {
-          throw Error(
-              cat("the warm-up round of ", engine_options.round_tokens,
-                  " token rows failed (lower --round-tokens, or --warmup off): ", e.what()));
-        }
-        std::fprintf(stderr,
-                     "flide serve: warmed up in %.1f s: a round of %" PRId64
-                     " token rows, then one of %" PRId64 " twice\n",
-                     w.seconds, w.full_round_rows, w.small_round_rows);
-      }
+      if (warmup) warm_up_to_serve(*served.loaded.model, engine_options, limits.max_context_tokens);
       served.engine = std::make_unique<EngineLoop>(*served.loaded.model, engine_options, metrics);
       served.serving = std::make_unique<ServingModel>(
           ServingModel{{*served.tokenizer, model_id(source), info.vocab_size, limits, calibration},
