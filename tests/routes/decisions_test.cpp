@@ -207,6 +207,27 @@ TEST(DecisionsTest, AnotherModelIs404) {
   EXPECT_EQ(e->param, "model");
 }
 
+// flide serve --served-model-name a,b: either name is served, the first is reported, and an
+// unknown name's 404 lists them all.
+TEST(DecisionsTest, AnyServedNameIsAcceptedAndTheFirstReported) {
+  RouteContext ctx = context();
+  ctx.model_id = "openjev-4b";
+  ctx.model_aliases = {"jev-latest", "databricks/openjev-4b"};
+  json body = decisions_fixture();
+  for (const char* name : {"openjev-4b", "jev-latest", "databricks/openjev-4b"}) {
+    body["model"] = name;
+    const PreparedRequest prepared = prepare_decisions(body, ctx);
+    EXPECT_EQ(prepared.respond(synthetic_result(prepared.tree, 1))["model"], "openjev-4b");
+  }
+  body["model"] = "flide-tiny-random";
+  const auto e = refusal([&] { prepare_decisions(body, ctx); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 404);
+  EXPECT_NE(std::string(e->what()).find(R"("openjev-4b", "jev-latest", "databricks/openjev-4b")"),
+            std::string::npos)
+      << e->what();
+}
+
 TEST(DecisionsTest, FourHundredQuestionsAreAdmittedByDefault) {
   // The openai package types 1-400 questions, and a request it makes must be answered: the
   // default --max-questions refuses none of them. A lower operator limit is a 413.

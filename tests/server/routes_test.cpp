@@ -269,6 +269,40 @@ TEST(ServeModes, ForkAndIndependentServersAnswerAlike) {
   EXPECT_EQ(independent.stop(), 0) << independent.stderr_text();
 }
 
+// --served-model-name (vLLM's, comma-separated): every name is listed and accepted, the first is
+// what responses report; a name list with an empty or repeated name is refused at start.
+TEST(ServeNames, ServedModelNamesAreListedAcceptedAndReported) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  ServerProcess server("--served-model-name openjev-4b,jev-latest");
+  ASSERT_GT(server.port(), 0);
+  auto http = server.client();
+  const HttpAnswer models = get(*http, "/v1/models");
+  ASSERT_EQ(models.status, 200) << models.text;
+  ASSERT_EQ(models.body["data"].size(), 2u);
+  EXPECT_EQ(models.body["data"][0]["id"], "openjev-4b");
+  EXPECT_EQ(models.body["data"][1]["id"], "jev-latest");
+
+  const HttpAnswer by_alias = post(*http, "/v1/decisions", decisions_body("jev-latest").dump());
+  ASSERT_EQ(by_alias.status, 200) << by_alias.text;
+  EXPECT_EQ(by_alias.body["model"], "openjev-4b");
+  const HttpAnswer by_folder =
+      post(*http, "/v1/decisions", decisions_body("flide-tiny-random").dump());
+  EXPECT_EQ(by_folder.status, 404) << by_folder.text;
+  const HttpAnswer systemone = post(*http, "/v1/systemone", systemone_body().dump());
+  ASSERT_EQ(systemone.status, 200) << systemone.text;
+  EXPECT_EQ(systemone.body["model"], "openjev-4b");
+  http.reset();
+  EXPECT_EQ(server.stop(), 0) << server.stderr_text();
+
+  for (const char* names : {"a,,b", ",a", "a,b,a"}) {
+    const auto [exit_code, out] =
+        run_command(std::string(FLIDE_BINARY) + " serve --model " + tiny_model_dir().string() +
+                    " --port 0 --served-model-name '" + names + "' 2>&1");
+    EXPECT_EQ(exit_code, 2) << out;
+    EXPECT_NE(out.find("--served-model-name"), std::string::npos) << out;
+  }
+}
+
 // --warmup (on by default on cuda, off on cpu) runs synthetic rounds before /health says 200:
 // they are not requests, so /metrics counts none of them, and the answers are a cold server's,
 // bit for bit.

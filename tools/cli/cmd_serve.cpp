@@ -81,6 +81,10 @@ options:
   --mode fork|independent
                         fork: each context once, questions forked from it (default);
                         independent: every question as its own prompt (the reference)
+  --served-model-name NAME[,NAME...]
+                        the model's names: /v1/decisions accepts any of them, responses and
+                        /v1/models report the first (default: the --model folder's name, or
+                        the --config file's without .json)
   --api-key KEY         require `Authorization: Bearer KEY` (401 otherwise); /health and
                         /v1/models stay open, as in llama.cpp
   --max-queue N         admitted requests waiting for a round; more get 429 (default: 128)
@@ -105,11 +109,28 @@ options:
   --help                this text
 )";
 
-// The name responses report: the checkpoint folder's or the config file's.
-std::string model_id(const ModelSource& source) {
-  const std::filesystem::path path = source.path.lexically_normal();
-  if (source.random) return path.stem().string();
-  return path.has_filename() ? path.filename().string() : path.parent_path().filename().string();
+// The names the model answers to, the first reported in responses: --served-model-name's
+// (comma-separated, as vLLM's space-separated list), or the checkpoint folder's or the config
+// file's name.
+std::vector<std::string> served_model_names(const std::optional<std::string>& flag,
+                                            const ModelSource& source) {
+  if (!flag) {
+    const std::filesystem::path path = source.path.lexically_normal();
+    if (source.random) return {path.stem().string()};
+    return {path.has_filename() ? path.filename().string()
+                                : path.parent_path().filename().string()};
+  }
+  std::vector<std::string> names;
+  for (size_t start = 0;;) {
+    const size_t comma = flag->find(',', start);
+    const std::string name = flag->substr(start, comma - start);
+    if (name.empty()) throw Error(cat("--served-model-name: \"", *flag, "\" has an empty name"));
+    if (std::find(names.begin(), names.end(), name) != names.end())
+      throw Error(cat("--served-model-name: \"", name, "\" is given twice"));
+    names.push_back(name);
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
 }
 
 // max_position_embeddings of the text model (top level or text_config), 0 when absent.
@@ -192,6 +213,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"threads", true},
                                        {"mode", true},
                                        {"api-key", true},
+                                       {"served-model-name", true},
                                        {"max-queue", true},
                                        {"max-questions", true},
                                        {"max-prompt-tokens", true},
@@ -212,6 +234,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   }
   // Everything the user typed is checked before binding a port or loading anything.
   const ModelSource source = parse_model_source(args);
+  const std::vector<std::string> model_names =
+      served_model_names(args.value("served-model-name"), source);
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"),
                     args.has("batch-invariant"), args.value("quantization"));
@@ -294,7 +318,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
       if (warmup) warm_up_to_serve(*served.loaded.model, engine_options, limits.max_context_tokens);
       served.engine = std::make_unique<EngineLoop>(*served.loaded.model, engine_options, metrics);
       served.serving = std::make_unique<ServingModel>(
-          ServingModel{{*served.tokenizer, model_id(source), info.vocab_size, limits, calibration},
+          ServingModel{{*served.tokenizer,
+                        model_names.front(),
+                        info.vocab_size,
+                        limits,
+                        calibration,
+                        {model_names.begin() + 1, model_names.end()}},
                        *served.engine,
                        position_limit,
                        int64_t(std::time(nullptr))});

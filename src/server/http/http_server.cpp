@@ -240,12 +240,13 @@ struct HttpServer::Impl {
       if (model.engine.stopping()) throw unavailable("the server is shutting down");
       return json_reply({{"status", "ok"}});
     }
-    if (route.path == "/v1/models")
-      return json_reply({{"object", "list"},
-                         {"data", json::array({{{"id", model.routes.model_id},
-                                                {"object", "model"},
-                                                {"created", model.created},
-                                                {"owned_by", "flide"}}})}});
+    if (route.path == "/v1/models") {  // every name the model answers to, as vLLM lists them
+      json data = json::array();
+      for (const std::string& name : model.routes.model_names())
+        data.push_back(
+            {{"id", name}, {"object", "model"}, {"created", model.created}, {"owned_by", "flide"}});
+      return json_reply({{"object", "list"}, {"data", std::move(data)}});
+    }
     if (route.path == "/tokenize")
       return json_reply(tokenize_answer(parse_json_body(body, Route::Route_systemone),
                                         model.routes.tokenizer, model.max_model_len));

@@ -211,11 +211,14 @@ PreparedRequest prepare_decisions(const json& body, const RouteContext& ctx) {
                 "safety_identifier"},
                "the request");
   const std::string& model = string_field(body, "model", "");
-  if (model != ctx.model_id)
-    throw not_found("model", cat("the model \"", model,
-                                 "\" is not served here (this server "
-                                 "serves \"",
-                                 ctx.model_id, "\")"));
+  if (!ctx.serves(model)) {
+    std::string names;
+    for (const std::string& name : ctx.model_names())
+      names += cat(names.empty() ? "" : ", ", "\"", name, "\"");
+    throw not_found("model",
+                    cat("the model \"", model, "\" is not served here (this server serves ", names,
+                        "; flide serve --served-model-name)"));
+  }
   const auto input = body.find("input");
   if (input == body.end()) openai_fail("input", "must be provided");
   const std::string state = input_state_text(*input);
