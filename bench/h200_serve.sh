@@ -5,7 +5,8 @@
 # /metrics after each workload and every request's latency (requests_<shape>_<workload>.jsonl).
 # From the repo root:
 #   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
-# Knobs: CLIENTS (1,8,64), DURATION (seconds per client count, 10), WARMUP (unmeasured seconds
+# Knobs: CLIENTS (1,8,64), RATES (open-loop request rates instead of CLIENTS, e.g. 40,60,70),
+# DURATION (seconds per client count, 10), WARMUP (unmeasured seconds
 # before each, 2; at 4B, 8 clients that start together take ~3 s to settle into rounds of equal
 # size, warm-up or not), GRAPHS (on|off),
 # SERVE_ARGS (more `flide serve` flags, e.g. --batch-invariant), FLIDE (the binary that serves
@@ -39,7 +40,9 @@ for shape in ${shapes//,/ }; do
           $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "$c" \
           --duration "${DURATION:-10}" --json | tee -a "$out/serve_power.jsonl"
     done
-    $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "${CLIENTS:-1,8,64}" \
+    load=(--clients "${CLIENTS:-1,8,64}")
+    [[ -n ${RATES:-} ]] && load=(--request-rate "$RATES")
+    $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" "${load[@]}" \
         --duration "${DURATION:-10}" --warmup "${WARMUP:-2}" --save-requests "$out/requests_${shape}_$w.jsonl" --json \
         | tee -a "$out/bench_serve.jsonl"
     # The server's counters so far (round sizes, queue waits: cumulative over the workloads).

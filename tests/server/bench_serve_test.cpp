@@ -1,4 +1,4 @@
-// `flide bench-serve` against a real server: one short run per client count, read back from its
+// `flide bench-serve` against a real server: one short run per load level, read back from its
 // --json line. The server computes in float64, so the same request answered alone or batched
 // with others differs by rounding only, and no top answer may change.
 #include <gtest/gtest.h>
@@ -74,6 +74,89 @@ TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
   EXPECT_GT(changes["compared"].get<int>(), 0) << changes;
   EXPECT_EQ(changes["changed"], 0) << changes;
   EXPECT_LT(changes["max_abs_dprob"].get<double>(), 1e-9) << changes;
+  EXPECT_EQ(server.stop(SIGINT), 0) << server.stderr_text();
+}
+
+// Open loop (--request-rate): requests arrive at the rate whatever the server does, in order of
+// k, on at most --max-concurrency connections; each level reports its rate, and the answers at
+// the lowest and highest rate are compared as for client counts.
+TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  ServerProcess server("--dtype f64");
+  ASSERT_GT(server.port(), 0);
+  const std::filesystem::path saved =
+      std::filesystem::temp_directory_path() /
+      ("flide_bench_serve_open_" + std::to_string(getpid()) + ".jsonl");
+  const std::string bench =
+      std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() + " --workload race_one";
+  // Rates the tiny model serves with room to spare on a 2-core machine (~15 requests/s).
+  const std::string out =
+      run_command(bench + " --duration 4 --warmup 1 --request-rate 8,4" + " --max-concurrency 16" +
+                  " --save-requests " + saved.string() + " --json")
+          .output;
+  const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << out;
+  ASSERT_EQ(report["runs"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& r = report["runs"][i];
+    const double rate = i == 0 ? 4 : 8;  // lowest load first
+    EXPECT_EQ(r["request_rate"].get<double>(), rate) << r;
+    EXPECT_EQ(r["max_concurrency"], 16) << r;
+    EXPECT_FALSE(r.contains("clients")) << r;
+    EXPECT_EQ(r["failed"], 0) << r;
+    // The arrivals are drawn from --seed (0): the same on every run. Poisson counts over 4 s
+    // would be 16 +- 4 and 32 +- 6 (one standard deviation).
+    EXPECT_GT(r["requests_per_s"].get<double>(), 0.4 * rate) << r;
+    EXPECT_LT(r["requests_per_s"].get<double>(), 1.8 * rate) << r;
+    EXPECT_GE(r["connections"].get<int>(), 1) << r;
+    EXPECT_LE(r["connections"].get<int>(), 16) << r;
+  }
+  // Every request's arrival, in order of k; mean gaps of about 1/rate.
+  std::map<double, std::vector<std::pair<int64_t, double>>> arrivals;  // rate -> (k, sent_s)
+  std::ifstream lines(saved);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(r.is_object()) << line;
+    EXPECT_FALSE(r.contains("clients")) << line;
+    EXPECT_EQ(r["status"], 200) << line;
+    arrivals[r["request_rate"].get<double>()].emplace_back(r["k"].get<int64_t>(),
+                                                           r["sent_s"].get<double>());
+  }
+  std::filesystem::remove(saved);
+  ASSERT_EQ(arrivals.size(), 2u);
+  for (auto& [rate, sent] : arrivals) {
+    std::sort(sent.begin(), sent.end());
+    ASSERT_GT(sent.size(), 8u) << rate;
+    for (size_t i = 1; i < sent.size(); ++i)
+      EXPECT_GE(sent[i].second, sent[i - 1].second) << "rate " << rate << ", k " << sent[i].first;
+    const double mean_gap = (sent.back().second - sent.front().second) / double(sent.size() - 1);
+    EXPECT_GT(mean_gap * rate, 0.5) << rate;
+    EXPECT_LT(mean_gap * rate, 1.8) << rate;
+  }
+  const nlohmann::json& changes = report["top_answer_changes"];
+  EXPECT_EQ(changes["from_request_rate"].get<double>(), 4) << changes;
+  EXPECT_EQ(changes["to_request_rate"].get<double>(), 8) << changes;
+  EXPECT_GT(changes["compared"].get<int>(), 0) << changes;
+  EXPECT_EQ(changes["changed"], 0) << changes;
+
+  // One connection at most: arrivals queue behind it, and it is the only one opened.
+  const std::string capped =
+      run_command(bench + " --duration 1 --warmup 0 --request-rate 200 --max-concurrency 1 --json")
+          .output;
+  const nlohmann::json one = nlohmann::json::parse(capped, nullptr, false);
+  ASSERT_TRUE(one.is_object()) << capped;
+  EXPECT_EQ(one["runs"][0]["connections"], 1) << one;
+
+  for (const char* flags : {"--clients 1 --request-rate 5", "--max-concurrency 4",
+                            "--request-rate 0", "--request-rate 5,x", "--request-rate -3"}) {
+    const auto [exit_code, message] = run_command(bench + " " + flags + " 2>&1");
+    EXPECT_EQ(exit_code, 2) << flags << ": " << message;
+    EXPECT_NE(message.find(std::string(flags).find("--clients") == 0 ? "--clients"
+                           : std::string(flags).find("--max") == 0   ? "--max-concurrency"
+                                                                     : "--request-rate"),
+              std::string::npos)
+        << flags << ": " << message;
+  }
   EXPECT_EQ(server.stop(SIGINT), 0) << server.stderr_text();
 }
 
