@@ -5,6 +5,9 @@
 # /metrics after each workload and every request's latency (requests_<shape>_<workload>.jsonl).
 # From the repo root:
 #   SHAPES=qwen3_5_0_8b,qwen3_5_4b WORKLOADS=quality_all,race_all bash bench/h200_serve.sh
+# A workload may be a `flide decide` FILE.jsonl, e.g. the real QuALITY requests copied from
+# ../shared/data/quality_leval_dev.jsonl into the git-ignored .devcarry/ (the device has no
+# ../shared): WORKLOADS=.devcarry/quality_leval_dev.jsonl.
 # Knobs: CLIENTS (1,8,64), RATES (open-loop request rates instead of CLIENTS, e.g. 40,60,70),
 # DURATION (seconds per client count, 10), WARMUP (unmeasured seconds
 # before each, 2; at 4B, 8 clients that start together take ~3 s to settle into rounds of equal
@@ -35,19 +38,20 @@ for shape in ${shapes//,/ }; do
     sleep 0.2
   done
   for w in ${workloads//,/ }; do
+    name=$(basename "$w" .jsonl)  # a FILE.jsonl workload's results are named after the file
     for c in ${POWER_CLIENTS//,/ }; do
-      python3 bench/power_trace.py --csv "$out/power_${shape}_${w}_$c.csv" --window steady:3:-1 -- \
+      python3 bench/power_trace.py --csv "$out/power_${shape}_${name}_$c.csv" --window steady:3:-1 -- \
           $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" --clients "$c" \
           --duration "${DURATION:-10}" --json | tee -a "$out/serve_power.jsonl"
     done
     load=(--clients "${CLIENTS:-1,8,64}")
     [[ -n ${RATES:-} ]] && load=(--request-rate "$RATES")
     $flide bench-serve --url "http://127.0.0.1:$port" --workload "$w" "${load[@]}" \
-        --duration "${DURATION:-10}" --warmup "${WARMUP:-2}" --save-requests "$out/requests_${shape}_$w.jsonl" --json \
+        --duration "${DURATION:-10}" --warmup "${WARMUP:-2}" --save-requests "$out/requests_${shape}_$name.jsonl" --json \
         | tee -a "$out/bench_serve.jsonl"
     # The server's counters so far (round sizes, queue waits: cumulative over the workloads).
     python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
-        "http://127.0.0.1:$port/metrics" > "$out/metrics_${shape}_$w.txt"
+        "http://127.0.0.1:$port/metrics" > "$out/metrics_${shape}_$name.txt"
   done
   kill -TERM $server; wait $server
 done
