@@ -85,6 +85,10 @@ options:
                         the model's names: /v1/decisions accepts any of them, responses and
                         /v1/models report the first (default: the --model folder's name, or
                         the --config file's without .json)
+  --allowed-origins LIST
+                        origins whose browser pages may call the server (CORS): "*" (any;
+                        default, as vLLM, SGLang and llama.cpp), "none", or comma-separated
+                        http(s)://host[:port] origins
   --api-key KEY         require `Authorization: Bearer KEY` (401 otherwise); /health and
                         /v1/models stay open, as in llama.cpp
   --max-queue N         admitted requests waiting for a round; more get 429 (default: 128)
@@ -214,6 +218,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"mode", true},
                                        {"api-key", true},
                                        {"served-model-name", true},
+                                       {"allowed-origins", true},
                                        {"max-queue", true},
                                        {"max-questions", true},
                                        {"max-prompt-tokens", true},
@@ -278,6 +283,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   http_options.host = args.value("host").value_or("127.0.0.1");
   http_options.port = int(parse_count(args.value("port"), "port", 8000, 0, 65535));
   http_options.api_key = args.value("api-key").value_or("");
+  if (const std::optional<std::string> origins = args.value("allowed-origins"))
+    http_options.cors = server::parse_allowed_origins(*origins);
   http_options.max_body_bytes = parse_count(args.value("max-body-bytes"), "max-body-bytes",
                                             http_options.max_body_bytes, 1, int64_t(1) << 34);
   // A thread per open connection: at least the waiting requests and a round's worth beside

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "server/http/connection_stream.h"
@@ -74,8 +76,9 @@ struct Reply {
   int status;
   std::string body;
   std::string content_type;
-  int retry_after_s = 0;  // 429
-  std::string allow;      // 405: the method the path takes
+  int retry_after_s = 0;                                     // 429
+  std::string allow;                                         // 405: the method the path takes
+  std::vector<std::pair<std::string, std::string>> headers;  // more (a CORS preflight's)
 };
 
 std::string dump(const json& body) {
@@ -136,10 +139,12 @@ struct HttpServer::Impl {
   void send(const httplib::Request& req, httplib::Response& res, const Reply& reply,
             Clock::time_point start) {
     res.status = reply.status;
-    res.set_content(reply.body, reply.content_type);
+    if (reply.status != 204) res.set_content(reply.body, reply.content_type);
     if (reply.retry_after_s > 0) res.set_header("Retry-After", std::to_string(reply.retry_after_s));
     if (!reply.allow.empty()) res.set_header("Allow", reply.allow);
     if (reply.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+    for (const auto& [name, value] : reply.headers) res.set_header(name, value);
+    add_cors_headers(options.cors, req, res);
     metrics.request_answered(route_label(req.path), reply.status, seconds_since(start));
   }
 
@@ -199,7 +204,20 @@ struct HttpServer::Impl {
 
   void on_no_body(const httplib::Request& req, httplib::Response& res) {
     const Clock::time_point start = Clock::now();
-    send(req, res, answer(req, req.body), start);
+    send(req, res, is_preflight(req) ? preflight(req) : answer(req, req.body), start);
+  }
+
+  // Before authentication: browsers send no credentials on a preflight.
+  Reply preflight(const httplib::Request& req) const {
+    if (!options.cors.allow_origin(req))
+      return error_reply(ApiError(400, "invalid_request_error",
+                                  cat("the origin ", req.get_header_value("Origin"),
+                                      " may not call this server (flide serve --allowed-origins)")),
+                         req.path);
+    const RouteSpec* route = find_route(req.path);
+    Reply reply(204, "");
+    reply.headers = preflight_headers(req, route ? std::string(route->method) : "GET, POST");
+    return reply;
   }
 
   Reply answer(const httplib::Request& req, const std::string& body) {

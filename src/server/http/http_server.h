@@ -5,6 +5,7 @@
 //
 // Routes: POST /v1/systemone, POST /v1/decisions, GET /v1/models, GET /health, GET /metrics,
 // POST /tokenize, POST /detokenize. What every request goes through, in order:
+//   a CORS preflight is answered first (cors.h), without the API key;
 //   body read, capped at max_body_bytes (413 naming the limit; a multipart body is 415);
 //   API key (401 without `Authorization: Bearer KEY`; /health and /v1/models stay open, as in
 //   llama.cpp, so that load balancers and model pickers work without the key);
@@ -19,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "server/http/cors.h"
 #include "server/http/engine_loop.h"
 #include "server/http/metrics.h"
 #include "server/routes/route_context.h"
@@ -33,6 +35,7 @@ struct HttpOptions {
   // Connections served at once, each on a thread started when it arrives (ended after 30 s
   // idle); more wait for a free thread.
   int threads = 1024;
+  CorsPolicy cors;  // browser pages of other origins (cors.h); default: any
 };
 
 // What the routes need once the model has loaded; it must outlive the server's serving.
