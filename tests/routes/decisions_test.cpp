@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/decision_prompt.h"
 #include "route_fixture.h"
 
@@ -248,7 +249,7 @@ TEST(DecisionsTest, FourHundredQuestionsAreAdmittedByDefault) {
 TEST(DecisionsTest, FiftyTwoChoicesAreSupported) {
   json body = decisions_fixture();
   json choices = json::array();
-  for (int i = 0; i < kMaxOptions; ++i) choices.push_back({{"value", "c" + std::to_string(i)}});
+  for (int i = 0; i < kMaxOptions; ++i) choices.push_back({{"value", cat("c", i)}});
   body["questions"][1]["choices"] = choices;
   EXPECT_EQ(prepare_decisions(body, context()).tree.nodes[2].label_ids.size(), size_t(kMaxOptions));
 }

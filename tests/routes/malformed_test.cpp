@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "route_fixture.h"
 #include "server/routes/decisions.h"
 #include "server/routes/errors.h"
@@ -54,8 +55,7 @@ json levels(int n, bool as_objects) {
 
 json systemone_questions(int n) {
   json out = json::object();
-  for (int i = 0; i < n; ++i)
-    out["q" + std::to_string(i)] = {{"type", "noul"}, {"instructions", "Is it?"}};
+  for (int i = 0; i < n; ++i) out[cat("q", i)] = {{"type", "noul"}, {"instructions", "Is it?"}};
   return out;
 }
 
