@@ -110,6 +110,8 @@ options:
                         rows and a small one, so that the first requests do not pay for
                         loading kernels, growing buffers and capturing a graph, and a round of
                         that size is known to fit (default: on with --device cuda, off on cpu)
+  --access-log on|off   a line on stderr for every answered request: client, method and
+                        path, status, time (default: on)
   --help                this text
 )";
 
@@ -219,6 +221,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                        {"api-key", true},
                                        {"served-model-name", true},
                                        {"allowed-origins", true},
+                                       {"access-log", true},
                                        {"max-queue", true},
                                        {"max-questions", true},
                                        {"max-prompt-tokens", true},
@@ -283,6 +286,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   http_options.host = args.value("host").value_or("127.0.0.1");
   http_options.port = int(parse_count(args.value("port"), "port", 8000, 0, 65535));
   http_options.api_key = args.value("api-key").value_or("");
+  http_options.access_log = parse_on_off(args.value("access-log"), "access-log");
   if (const std::optional<std::string> origins = args.value("allowed-origins"))
     http_options.cors = server::parse_allowed_origins(*origins);
   http_options.max_body_bytes = parse_count(args.value("max-body-bytes"), "max-body-bytes",

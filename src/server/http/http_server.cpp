@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "server/http/access_log.h"
 #include "server/http/connection_stream.h"
 #include "server/http/connection_threads.h"
 #include "server/http/disconnect_probe.h"
@@ -145,7 +146,9 @@ struct HttpServer::Impl {
     if (reply.status == 401) res.set_header("WWW-Authenticate", "Bearer");
     for (const auto& [name, value] : reply.headers) res.set_header(name, value);
     add_cors_headers(options.cors, req, res);
-    metrics.request_answered(route_label(req.path), reply.status, seconds_since(start));
+    const double seconds = seconds_since(start);
+    metrics.request_answered(route_label(req.path), reply.status, seconds);
+    if (options.access_log) log_access(req, reply.status, seconds);
   }
 
   ApiError body_too_large(const httplib::Request& req) const {
@@ -294,6 +297,7 @@ struct HttpServer::Impl {
     const Reply reply = error_reply(error, req.path);
     res.set_content(reply.body, reply.content_type);
     metrics.request_answered(route_label(req.path), res.status, 0);
+    if (options.access_log) log_access(req, res.status, 0);
     return httplib::Server::HandlerResponse::Handled;
   }
 };

@@ -35,7 +35,8 @@ struct HttpOptions {
   // Connections served at once, each on a thread started when it arrives (ended after 30 s
   // idle); more wait for a free thread.
   int threads = 1024;
-  CorsPolicy cors;  // browser pages of other origins (cors.h); default: any
+  CorsPolicy cors;         // browser pages of other origins (cors.h); default: any
+  bool access_log = true;  // a line on stderr per answered request (access_log.h)
 };
 
 // What the routes need once the model has loaded; it must outlive the server's serving.
