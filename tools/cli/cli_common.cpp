@@ -188,6 +188,16 @@ RoundPolicy graphs_policy(Ops& ops, bool graphs) {
   return policy;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> entries;
+  for (size_t begin = 0;;) {
+    const size_t end = text.find(',', begin);
+    entries.push_back(text.substr(begin, end == std::string::npos ? end : end - begin));
+    if (end == std::string::npos) return entries;
+    begin = end + 1;
+  }
+}
+
 int64_t parse_count(const std::optional<std::string>& value, const char* flag, int64_t fallback,
                     int64_t minimum, int64_t maximum) {
   if (!value) return fallback;

@@ -82,6 +82,10 @@ bool parse_on_off(const std::optional<std::string>& value, const char* flag);
 // to their bucket only when the backend replays graphs.
 RoundPolicy graphs_policy(Ops& ops, bool graphs);
 
+// A comma-separated flag value's entries, in order; empty entries are kept (for the caller to
+// refuse with its flag's name): "a,,b" -> {"a", "", "b"}, "" -> {""}.
+std::vector<std::string> split_list(const std::string& text);
+
 // A count flag (--reps, --port, --max-queue...): an integer in [minimum, maximum], `fallback`
 // when absent; Error naming the flag otherwise.
 int64_t parse_count(const std::optional<std::string>& value, const char* flag, int64_t fallback,

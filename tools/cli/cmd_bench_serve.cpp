@@ -85,13 +85,9 @@ std::vector<LoadLevel> parse_levels(const Args& args) {
       int(parse_count(args.value("max-concurrency"), "max-concurrency", 256, 1, 4096));
   if (!rates && args.has("max-concurrency"))
     throw Error("--max-concurrency: only with --request-rate (open loop)");
-  const std::string text = rates ? *rates : args.value("clients").value_or("1,8,64");
   std::vector<LoadLevel> levels;
-  for (size_t begin = 0; begin <= text.size();) {
-    size_t end = text.find(',', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(begin, end - begin);
-    begin = end + 1;
+  for (const std::string& item :
+       split_list(rates ? *rates : args.value("clients").value_or("1,8,64"))) {
     LoadLevel level;
     if (!rates) {
       level.clients = int(parse_count(item, "clients", 0, 1, 4096));
@@ -119,14 +115,17 @@ std::vector<LoadLevel> parse_levels(const Args& args) {
   return levels;
 }
 
+// A level's key and value in the JSON outputs: ("clients", N) or ("request_rate", R).
+std::pair<std::string, json> level_key(const LoadLevel& level) {
+  if (level.clients > 0) return {"clients", level.clients};
+  return {"request_rate", level.rate};
+}
+
 // The level's keys in the JSON outputs: "clients", or "request_rate" and "max_concurrency".
 void add_level(json& out, const LoadLevel& level) {
-  if (level.clients > 0) {
-    out["clients"] = level.clients;
-  } else {
-    out["request_rate"] = level.rate;
-    out["max_concurrency"] = level.max_concurrency;
-  }
+  const auto [key, value] = level_key(level);
+  out[key] = value;
+  if (level.clients == 0) out["max_concurrency"] = level.max_concurrency;
 }
 
 ServeRoute parse_route(const std::optional<std::string>& value) {
@@ -225,11 +224,10 @@ void print_json(const LoadPlan& plan, const std::string& workload, const std::ve
   if (changes) {
     // from_clients/to_clients, or from_request_rate/to_request_rate
     json& c = out["top_answer_changes"];
-    const LoadLevel &from = phases.front().level, &to = phases.back().level;
-    c[from.clients > 0 ? "from_clients" : "from_request_rate"] =
-        from.clients > 0 ? json(from.clients) : json(from.rate);
-    c[to.clients > 0 ? "to_clients" : "to_request_rate"] =
-        to.clients > 0 ? json(to.clients) : json(to.rate);
+    const auto [from_key, from] = level_key(phases.front().level);
+    const auto [to_key, to] = level_key(phases.back().level);
+    c["from_" + from_key] = from;
+    c["to_" + to_key] = to;
     c.update(json({{"compared", changes->compared},
                    {"changed", changes->changed},
                    {"share", changes->share()},

@@ -38,19 +38,14 @@ options:
 // Syntax only: the vocabulary bound is checked once the model is loaded.
 std::vector<int32_t> parse_ids(const std::string& list) {
   std::vector<int32_t> ids;
-  size_t begin = 0;
-  while (true) {
-    size_t end = list.find(',', begin);
-    if (end == std::string::npos) end = list.size();
-    const std::string item = list.substr(begin, end - begin);
+  for (const std::string& item : split_list(list)) {
     int32_t id = -1;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
     if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || id < 0)
       throw Error(cat("--ids: \"", item, "\" is not a token id"));
     ids.push_back(id);
-    if (end == list.size()) return ids;
-    begin = end + 1;
   }
+  return ids;
 }
 
 // One root node holding every token; the out rows (last, or all) all need the full vocabulary.

@@ -127,16 +127,13 @@ std::vector<std::string> served_model_names(const std::optional<std::string>& fl
                                 : path.parent_path().filename().string()};
   }
   std::vector<std::string> names;
-  for (size_t start = 0;;) {
-    const size_t comma = flag->find(',', start);
-    const std::string name = flag->substr(start, comma - start);
+  for (const std::string& name : split_list(*flag)) {
     if (name.empty()) throw Error(cat("--served-model-name: \"", *flag, "\" has an empty name"));
     if (std::find(names.begin(), names.end(), name) != names.end())
       throw Error(cat("--served-model-name: \"", name, "\" is given twice"));
     names.push_back(name);
-    if (comma == std::string::npos) return names;
-    start = comma + 1;
   }
+  return names;
 }
 
 // max_position_embeddings of the text model (top level or text_config), 0 when absent.
@@ -288,7 +285,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   http_options.api_key = args.value("api-key").value_or("");
   http_options.access_log = parse_on_off(args.value("access-log"), "access-log");
   if (const std::optional<std::string> origins = args.value("allowed-origins"))
-    http_options.cors = server::parse_allowed_origins(*origins);
+    http_options.cors = server::parse_allowed_origins(split_list(*origins));
   http_options.max_body_bytes = parse_count(args.value("max-body-bytes"), "max-body-bytes",
                                             http_options.max_body_bytes, 1, int64_t(1) << 34);
   // A thread per open connection: at least the waiting requests and a round's worth beside

@@ -31,19 +31,12 @@ std::optional<std::string> CorsPolicy::allow_origin(const httplib::Request& req)
   return std::nullopt;
 }
 
-CorsPolicy parse_allowed_origins(const std::string& value) {
+CorsPolicy parse_allowed_origins(const std::vector<std::string>& entries) {
   CorsPolicy policy;
+  if (entries == std::vector<std::string>{"*"}) return policy;
   policy.origins.clear();
-  if (value == "none") return policy;
-  if (value == "*") {
-    policy.origins = {"*"};
-    return policy;
-  }
-  for (size_t begin = 0; begin <= value.size();) {
-    size_t end = value.find(',', begin);
-    if (end == std::string::npos) end = value.size();
-    const std::string origin = value.substr(begin, end - begin);
-    begin = end + 1;
+  if (entries == std::vector<std::string>{"none"}) return policy;
+  for (const std::string& origin : entries) {
     if (!is_origin(origin))
       throw Error(cat("--allowed-origins: \"", origin,
                       "\" is not an origin (http(s)://host[:port], no path; or \"*\" alone, or "

@@ -23,9 +23,10 @@ struct CorsPolicy {
   std::optional<std::string> allow_origin(const httplib::Request& req) const;
 };
 
-// --allowed-origins: "*", "none", or comma-separated origins (scheme://host[:port], http or
-// https, no path). Throws flide::Error naming the flag and the entry at fault.
-CorsPolicy parse_allowed_origins(const std::string& value);
+// --allowed-origins' comma-separated entries: "*" alone, "none" alone, or origins
+// (scheme://host[:port], http or https, no path). Throws flide::Error naming the flag and the
+// entry at fault.
+CorsPolicy parse_allowed_origins(const std::vector<std::string>& entries);
 
 bool is_preflight(const httplib::Request& req);
 
