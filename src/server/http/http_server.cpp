@@ -146,9 +146,13 @@ struct HttpServer::Impl {
     if (reply.status == 401) res.set_header("WWW-Authenticate", "Bearer");
     for (const auto& [name, value] : reply.headers) res.set_header(name, value);
     add_cors_headers(options.cors, req, res);
-    const double seconds = seconds_since(start);
-    metrics.request_answered(route_label(req.path), reply.status, seconds);
-    if (options.access_log) log_access(req, reply.status, seconds);
+    answered(req, reply.status, seconds_since(start));
+  }
+
+  // Every response, a handler's or httplib's refusal: counted, and logged (access_log.h).
+  void answered(const httplib::Request& req, int status, double seconds) {
+    metrics.request_answered(route_label(req.path), status, seconds);
+    if (options.access_log) log_access(req, status, seconds);
   }
 
   ApiError body_too_large(const httplib::Request& req) const {
@@ -296,8 +300,7 @@ struct HttpServer::Impl {
             : ApiError(res.status, "invalid_request_error", protocol_error_message(res.status));
     const Reply reply = error_reply(error, req.path);
     res.set_content(reply.body, reply.content_type);
-    metrics.request_answered(route_label(req.path), res.status, 0);
-    if (options.access_log) log_access(req, res.status, 0);
+    answered(req, res.status, 0);
     return httplib::Server::HandlerResponse::Handled;
   }
 };
