@@ -3,14 +3,17 @@
 for the parts of a flide round that they can run.
 
 A round of BATCH requests of a TRUNK-token context and QUESTIONS questions of QUESTION_LEN tokens
-has R = BATCH (TRUNK + QUESTIONS QUESTION_LEN) token rows. Every product a forward makes is listed
+has R = BATCH (TRUNK + QUESTIONS QUESTION_LEN) token rows; --requests gives the round's requests
+one by one instead, as TRUNK:QUESTIONS:BRANCH (BRANCH: the questions' token rows together), for
+requests of different sizes such as real QuALITY articles. Every product a forward makes is listed
 from the model's config, in the order the layers run them: a Gated DeltaNet layer's q/k/v, z and
 a/b projections and its output projection (added into the residual, as flide's matmul_add), a
 full-attention layer's q+gate, k and v projections and its output projection, each layer's MLP
 (gate and up as one product, down added into the residual); the last layer's rows past its
 attention are the readout rows only (BATCH QUESTIONS), as in flide. With `attention` in --parts,
 each full-attention layer also runs cuDNN's attention (scaled_dot_product_attention,
-CUDNN_ATTENTION): each trunk causal, then the questions' rows over their trunk's keys (their own
+CUDNN_ATTENTION): each trunk causal, then the questions' rows over their trunk's keys (one call for the requests
+of one shape) (their own
 few keys left out, slightly less work than flide's; the last layer: the readout rows only). What
 is not here has no vendor kernel to stand in: the delta rule, the conv, the norms and the gates.
 
@@ -20,10 +23,12 @@ Prints one JSON line per part set: the median ms a round over the first 20 round
 last half of the run (the sustained figure), and the products' TFLOP a round. With --fp8, the
 products flide's `--quantization fp8` runs on FP8 (q/k/v, z, q+gate/k/v, gate+up) run as
 torch._scaled_mm on e4m3 operands with a float scale a row and a column (their quantization not
-timed), the rest as before.
+timed), the rest as before; with --fp8 all, every product does, the output projections and the
+GDN gates' product too (as vLLM's --quantization fp8 takes every linear layer).
 
   python3 bench/round_floor.py --config CONFIG.json [--batch 4] [--trunk 5000] [--questions 18]
-      [--question-len 70] [--seconds 10] [--parts gemm,gemm+attention] [--fp8]
+      [--question-len 70] [--requests T:Q:B,...] [--seconds 10] [--parts gemm,gemm+attention]
+      [--fp8 [fused|all]]
 """
 import argparse
 import json
@@ -37,14 +42,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 class Round:
     """The round's buffers and its ops in forward order; run() issues them once."""
 
-    def __init__(self, cfg, args, attention, fp8):
+    def __init__(self, cfg, requests, attention, fp8):
         self.dev = torch.device("cuda")
         self.fp8 = fp8
         self.ops = []
         self.flop = 0.0
         H, I = cfg["hidden_size"], cfg["intermediate_size"]
-        rows = args.batch * (args.trunk + args.questions * args.question_len)
-        readout = args.batch * args.questions
+        rows = sum(trunk + branch for trunk, _, branch in requests)
+        readout = sum(questions for _, questions, _ in requests)
         heads, kv_heads, hd = (cfg["num_attention_heads"], cfg["num_key_value_heads"],
                                cfg["head_dim"])
         kd = cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
@@ -65,7 +70,8 @@ class Round:
                 self.product(readout if last else rows, H, 2 * heads * hd, quantized=True)
                 self.product(rows, H, 2 * kv_heads * hd, quantized=True)  # k and v
                 if attention:
-                    self.attention(args, heads, kv_heads, hd, last)
+                    for shape in sorted(set(requests)):
+                        self.attention(shape, requests.count(shape), heads, kv_heads, hd, last)
                 self.product(readout if last else rows, heads * hd, H, residual=True)  # o
             n = readout if last else rows
             self.product(n, H, 2 * I, quantized=True)  # gate and up (then SiLU times up)
@@ -88,7 +94,7 @@ class Round:
         self.flop += 2.0 * m * n * k
         w = torch.randn(n, k, device=self.dev, dtype=torch.bfloat16) * 0.02
         x = self.buffer("x", k)[:m]
-        if self.fp8 and quantized:
+        if self.fp8 == "all" or (self.fp8 == "fused" and quantized):
             x8, xs = (part[:m] for part in self.buffer("x8", k))
             w8 = (w * 64).to(torch.float8_e4m3fn)  # e4m3 keeps std-1 values at full precision
             ws = torch.full((1, n), 1 / 64, device=self.dev)
@@ -102,11 +108,12 @@ class Round:
             out = self.buffer("y", n)[:m]
             self.ops.append(lambda: torch.matmul(x, w.t(), out=out))
 
-    def attention(self, args, heads, kv_heads, hd, last):
-        B, T = args.batch, args.trunk
+    def attention(self, shape, B, heads, kv_heads, hd, last):
+        """The attention of B requests of one shape (trunk, questions, branch rows)."""
+        T, questions, branch = shape
         k = torch.randn(B, kv_heads, T, hd, device=self.dev, dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        q_rows = args.questions if last else args.questions * args.question_len
+        q_rows = questions if last else branch
         q_trunk = None if last else torch.randn(B, heads, T, hd, device=self.dev,
                                                 dtype=torch.bfloat16)
         q_quest = torch.randn(B, heads, q_rows, hd, device=self.dev, dtype=torch.bfloat16)
@@ -160,17 +167,22 @@ def main():
     ap.add_argument("--trunk", type=int, default=5000)
     ap.add_argument("--questions", type=int, default=18)
     ap.add_argument("--question-len", type=int, default=70)
+    ap.add_argument("--requests", help="TRUNK:QUESTIONS:BRANCH,... instead of --batch's shapes")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--parts", default="gemm,gemm+attention")
-    ap.add_argument("--fp8", action="store_true")
+    ap.add_argument("--fp8", nargs="?", const="fused", choices=["fused", "all"])
     args = ap.parse_args()
     with open(args.config) as f:
         cfg = json.load(f)
+    if args.requests:
+        requests = [tuple(int(n) for n in r.split(":")) for r in args.requests.split(",")]
+    else:
+        requests = [(args.trunk, args.questions, args.questions * args.question_len)] * args.batch
     torch.manual_seed(0)
     for parts in args.parts.split(","):
-        rnd = Round(cfg, args, attention="attention" in parts, fp8=args.fp8)
+        rnd = Round(cfg, requests, attention="attention" in parts, fp8=args.fp8)
         first, late, n = sustained(rnd, args.seconds)
-        print(json.dumps({"parts": parts, "fp8": args.fp8, "batch": args.batch,
+        print(json.dumps({"parts": parts, "fp8": args.fp8, "batch": len(requests),
                           "rows": rnd.rows, "ops": len(rnd.ops),
                           "product_tflop": round(rnd.flop / 1e12, 3),
                           "first_ms": round(first, 3), "sustained_ms": round(late, 3),

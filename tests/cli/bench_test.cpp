@@ -112,6 +112,62 @@ TEST(CliBenchTest, FileWorkloadOnTheShippedModel) {
   for (const json& run : out["runs"]) expect_sane_run(run);
 }
 
+// A file's round of N takes its first N lines, starting over after the last; the counts are the
+// round's, all its requests together.
+TEST(CliBenchTest, FileRoundTakesTheLinesInOrder) {
+  const ScratchDir dir;
+  std::string lines;
+  for (int n : {20, 30, 40}) {  // a request of n context ids and n / 10 questions of 3 ids
+    json request = {{"context_ids", json::array()}, {"questions", json::array()}};
+    for (int t = 0; t < n; ++t) request["context_ids"].push_back(1 + t);
+    for (int q = 0; q < n / 10; ++q)
+      request["questions"].push_back({{"ids", {5, 6, 7 + q}}, {"label_ids", {8, 9}}});
+    lines += request.dump() + "\n";
+  }
+  const std::string file = shell_quote(dir.write("rounds.jsonl", lines).string());
+  struct Case {
+    int batch;
+    int64_t trunk, questions;
+  };
+  // 5 of 3 lines: 20, 30, 40, then 20 and 30 again.
+  for (const Case& c : {Case{1, 20, 2}, Case{2, 50, 5}, Case{5, 140, 14}}) {
+    const CliResult r =
+        run_flide("bench --config " + kGoldenConfig + " --workload " + file + " --batch " +
+                  std::to_string(c.batch) + " --reps 1 --warmup 0 --json --threads 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json out = single_json_line(r);
+    EXPECT_EQ(out["trunk_tokens"], c.trunk) << c.batch;
+    EXPECT_EQ(out["questions"], c.questions) << c.batch;
+    EXPECT_EQ(out["branch_tokens"], 3 * c.questions) << c.batch;
+    EXPECT_EQ(out["runs"][0]["tokens"], c.trunk + 3 * c.questions) << c.batch;
+    if (c.batch > 1) {
+      EXPECT_EQ(out["workload"],
+                "rounds.jsonl (" + std::to_string(c.batch) + " requests from line 1)");
+    }
+  }
+}
+
+// --tokenizer gives a --config model the tokenizer a file's text requests need: the same
+// tokens as the model directory's own.
+TEST(CliBenchTest, TokenizerFlagReadsTextOnRandomWeights) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  const std::string rest = " --workload " + kExamples +
+                           " --batch 2 --reps 1 --warmup 0 --json "
+                           "--threads 2";
+  const CliResult by_dir =
+      run_flide("bench --model " + shell_quote(tiny_model_dir().string()) + rest);
+  const CliResult by_flag = run_flide(
+      "bench --config " + shell_quote((tiny_model_dir() / "config.json").string()) +
+      " --tokenizer " + shell_quote((tiny_model_dir() / "tokenizer.json").string()) + rest);
+  ASSERT_EQ(by_dir.exit_code, 0) << by_dir.err;
+  ASSERT_EQ(by_flag.exit_code, 0) << by_flag.err;
+  const json a = single_json_line(by_dir), b = single_json_line(by_flag);
+  EXPECT_EQ(b["random_weights"], true);
+  for (const char* key : {"trunk_tokens", "branch_tokens", "questions"}) EXPECT_EQ(a[key], b[key]);
+  EXPECT_GT(a["questions"].get<int64_t>(), 3);  // the second line's questions too
+  EXPECT_EQ(b["runs"][0]["tokens"], a["runs"][0]["tokens"]);
+}
+
 // --batch N packs N requests into one round: N times the rows and GEMM work of one.
 TEST(CliBenchTest, BatchPacksRequestsIntoOneRound) {
   const CliResult r = run_flide("bench --config " + kGoldenConfig +
@@ -139,6 +195,8 @@ TEST(CliBenchTest, MistakesAreNamed) {
       {cfg, "--workload is required"},
       {"bench --workload race_one", "give exactly one of --model DIR and --config CONFIG.json"},
       {cfg + " --workload " + kExamples, "is a text request and needs a tokenizer"},
+      {cfg + " --workload " + kExamples + " --tokenizer /nonexistent/tokenizer.json",
+       "--tokenizer: \"/nonexistent/tokenizer.json\" is not a readable file"},
       {cfg + " --workload race_one --mode sideways", "--mode: unknown mode \"sideways\""},
       {cfg + " --workload race_one --reps 0", "--reps: \"0\" is not a count"},
       {cfg + " --workload race_one --batch 0", "--batch: \"0\" is not a count"},

@@ -19,9 +19,11 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "args.h"
@@ -50,13 +52,17 @@ workloads (synthetic: random token ids, fixed shapes; labels read at each questi
   quality_all   trunk 5000 + 18 questions x 70 tokens, 4 labels
   quality_one   trunk 5000 + 1 question x 70 tokens, 4 labels
   multirc_all   trunk 330 + 58 questions x 35 tokens, 2 labels
-  FILE.jsonl    the file's first request (`flide decide` input: text through the decision
-                template with --model's tokenizer, or token ids)
+  FILE.jsonl    the file's requests (`flide decide` input: text through the decision
+                template with the tokenizer, or token ids); a round of --batch N takes the
+                first N lines, starting over after the last
 
 options:
   --model DIR         model directory (config.json, safetensors; tokenizer.json for text)
   --config FILE       a config.json: random weights of its shapes (e.g.
                       ../shared/configs/qwen3_5_9b.json); every size without downloading it
+  --tokenizer FILE    the tokenizer.json for a FILE.jsonl's text requests (default:
+                      DIR/tokenizer.json; with --config, e.g.
+                      ../shared/data/tokenizers/qwen2/tokenizer.json)
   --workload W        one of the above
   --device cpu|cuda   where to compute (default: cpu; cuda: GPU 0)
   --dtype f32|f64|bf16
@@ -66,7 +72,8 @@ options:
                       question on its own; both: one after the other, with their ratio
   --batch N           N requests of the workload in one round (default: 1), as the server
                       packs N concurrent requests (synthetic ones with their own random ids,
-                      seeds seed .. seed+N-1); times are per round, plus ms per request
+                      seeds seed .. seed+N-1); times are per round, plus ms per request, and
+                      the token and question counts are the round's, its requests together
   --reps N            timed rounds (default: 20)
   --warmup N          untimed rounds first (default: 3)
   --seed N            random weights and synthetic token ids (default: 0)
@@ -299,6 +306,7 @@ std::string format_params(int64_t n) {
 int cmd_bench(const std::vector<std::string>& argv) {
   const Args args = Args::parse(argv, {{"model", true},
                                        {"config", true},
+                                       {"tokenizer", true},
                                        {"workload", true},
                                        {"device", true},
                                        {"dtype", true},
@@ -322,6 +330,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   // Everything the user typed is checked before a (possibly many-GB) model is loaded.
   const ModelSource source = parse_model_source(args);
   const WorkloadSpec spec = parse_workload(args.required("workload"));
+  std::optional<std::filesystem::path> tokenizer_json;
+  if (args.has("tokenizer")) {
+    tokenizer_json = args.required("tokenizer");
+    if (!std::filesystem::is_regular_file(*tokenizer_json))
+      throw Error(cat("--tokenizer: ", *tokenizer_json, " is not a readable file"));
+  } else if (!source.random) {
+    tokenizer_json = source.path / "tokenizer.json";
+  }
   const BackendChoice backend =
       parse_backend(args.value("device"), args.value("dtype"), args.value("threads"),
                     args.has("batch-invariant"), args.value("quantization"));
@@ -345,16 +361,20 @@ int cmd_bench(const std::vector<std::string>& argv) {
   loaded.ops->synchronize();
   const double load_s = ms_since(load_start) / 1e3;
   const ModelInfo& info = loaded.model->info();
-  std::optional<std::filesystem::path> tokenizer_json;
-  if (!random) tokenizer_json = source.path / "tokenizer.json";
-  const Workload workload = make_workload(spec, info.vocab_size, seed, tokenizer_json);
-  // Synthetic requests draw their own ids; a file's request is the same each time (read once).
-  std::vector<Tree> trees = {workload.tree};
-  for (int64_t i = 1; i < batch; ++i)
-    trees.push_back(
-        spec.synthetic
-            ? make_workload(spec, info.vocab_size, seed + uint64_t(i), tokenizer_json).tree
-            : workload.tree);
+  const std::vector<Workload> round =
+      make_round(spec, batch, info.vocab_size, seed, tokenizer_json);
+  std::vector<Tree> trees;
+  int64_t trunk_tokens = 0, branch_tokens = 0, questions = 0;
+  for (const Workload& w : round) {
+    trees.push_back(w.tree);
+    trunk_tokens += w.trunk_tokens;
+    branch_tokens += w.branch_tokens;
+    questions += w.questions;
+  }
+  std::string description = round[0].description;
+  if (round.size() > 1 && !spec.synthetic)
+    description =
+        cat(spec.file.filename().string(), " (", round.size(), " requests from ", round[0].id, ")");
 
   if (!loaded.ops->set_graphs(true)) graph_settings = {false};  // a backend without graphs
   std::vector<ModeResult> results;
@@ -407,7 +427,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
         runs[i]["replay"] = std::move(windows);
       }
     json out = {
-        {"workload", workload.description},
+        {"workload", description},
         {"model", source.path.string()},
         {"random_weights", random},
         {"params", info.n_params},
@@ -418,9 +438,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
         {"quantization", backend.quantization == Quantization::Quantization_fp8 ? "fp8" : "none"}};
     if (backend.device == Device::Device_cpu) out["threads"] = backend.threads;
     out["seed"] = seed;
-    out["trunk_tokens"] = workload.trunk_tokens;
-    out["branch_tokens"] = workload.branch_tokens;
-    out["questions"] = workload.questions;
+    out["trunk_tokens"] = trunk_tokens;
+    out["branch_tokens"] = branch_tokens;
+    out["questions"] = questions;
     out["batch"] = batch;
     out["warmup"] = warmup;
     out["reps"] = reps;
@@ -435,9 +455,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
     return kExitOk;
   }
 
-  std::printf("workload %s: trunk %" PRId64 " + %" PRId64 " questions (%" PRId64 " tokens); %s\n",
-              workload.description.c_str(), workload.trunk_tokens, workload.questions,
-              workload.branch_tokens, backend_description(backend).c_str());
+  std::printf("workload %s: %s%" PRId64 " + %" PRId64 " questions (%" PRId64 " tokens); %s\n",
+              description.c_str(), batch > 1 ? cat(batch, " requests, trunks ").c_str() : "trunk ",
+              trunk_tokens, questions, branch_tokens, backend_description(backend).c_str());
   std::printf("model %s%s: %s parameters, %" PRId64
               " layers, loaded in %.1f s; %d reps after %d "
               "warm-up\n",

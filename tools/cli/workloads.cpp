@@ -48,34 +48,42 @@ Workload synthetic_workload(const SyntheticShape& shape, int64_t vocab_size, uin
   return w;
 }
 
-Workload file_workload(const std::filesystem::path& file, int64_t vocab_size,
-                       const std::optional<std::filesystem::path>& tokenizer_json) {
+// The file's first `count` requests, starting over after its last line.
+std::vector<Workload> file_workloads(const std::filesystem::path& file, int64_t count,
+                                     int64_t vocab_size,
+                                     const std::optional<std::filesystem::path>& tokenizer_json) {
+  std::vector<Workload> requests;
+  std::optional<Tokenizer> tokenizer;
   for (const auto& [number, line] : nonblank_lines(read_file(file))) {
+    if (int64_t(requests.size()) == count) break;
     DecideRequest request;
     try {
       request = parse_decide_request(nlohmann::ordered_json::parse(line), vocab_size);
     } catch (const std::exception& e) {
       throw Error(cat("--workload ", file.string(), ": line ", number, ": ", e.what()));
     }
-    std::optional<Tokenizer> tokenizer;
-    if (request.is_text) {
+    if (request.is_text && !tokenizer) {
       if (!tokenizer_json)
         throw Error(cat("--workload ", file.string(), ": line ", number,
-                        " is a text request and needs a tokenizer: give --model DIR (a --config "
-                        "model has none), or token-id requests"));
+                        " is a text request and needs a tokenizer: give --model DIR or "
+                        "--tokenizer FILE, or token-id requests"));
       if (!std::filesystem::exists(*tokenizer_json))
         throw Error(cat(*tokenizer_json, " not found; line ", number, " of ", file.string(),
                         " is a text request and needs the tokenizer"));
       tokenizer.emplace(Tokenizer::load(*tokenizer_json));
     }
     Workload w;
-    w.description = cat(file.filename().string(), " (request ",
-                        request.id.is_null() ? cat("on line ", number) : request.id.dump(), ")");
+    w.id = request.id.is_null() ? cat("line ", number) : request.id.dump();
     // Calibration shapes answers after the model runs: a bench round is the same without it.
     w.tree = decide_tree(request, tokenizer ? &*tokenizer : nullptr, DecisionCalibration{});
-    return w;
+    requests.push_back(std::move(w));
   }
-  throw Error(cat("--workload ", file.string(), ": no request (the file is empty)"));
+  if (requests.empty())
+    throw Error(cat("--workload ", file.string(), ": no request (the file is empty)"));
+  for (size_t i = 0; int64_t(requests.size()) < count; ++i) requests.push_back(requests[i]);
+  const std::string name = file.filename().string();
+  for (Workload& w : requests) w.description = cat(name, " (request ", w.id, ")");
+  return requests;
 }
 
 }  // namespace
@@ -90,17 +98,25 @@ WorkloadSpec parse_workload(const std::string& name) {
                   "or a FILE.jsonl) nor a readable file"));
 }
 
-Workload make_workload(const WorkloadSpec& spec, int64_t vocab_size, uint64_t seed,
-                       const std::optional<std::filesystem::path>& tokenizer_json) {
-  Workload w = spec.synthetic ? synthetic_workload(*spec.synthetic, vocab_size, seed)
-                              : file_workload(spec.file, vocab_size, tokenizer_json);
-  validate_tree(w.tree, vocab_size);
-  w.trunk_tokens = int64_t(w.tree.nodes[0].tokens.size());
-  for (size_t n = 1; n < w.tree.nodes.size(); ++n) {
-    w.branch_tokens += int64_t(w.tree.nodes[n].tokens.size());
-    w.questions += w.tree.nodes[n].parent == 0;
+std::vector<Workload> make_round(const WorkloadSpec& spec, int64_t batch, int64_t vocab_size,
+                                 uint64_t seed,
+                                 const std::optional<std::filesystem::path>& tokenizer_json) {
+  FLIDE_CHECK(batch >= 1);
+  std::vector<Workload> requests;
+  if (spec.synthetic)
+    for (int64_t i = 0; i < batch; ++i)
+      requests.push_back(synthetic_workload(*spec.synthetic, vocab_size, seed + uint64_t(i)));
+  else
+    requests = file_workloads(spec.file, batch, vocab_size, tokenizer_json);
+  for (Workload& w : requests) {
+    validate_tree(w.tree, vocab_size);
+    w.trunk_tokens = int64_t(w.tree.nodes[0].tokens.size());
+    for (size_t n = 1; n < w.tree.nodes.size(); ++n) {
+      w.branch_tokens += int64_t(w.tree.nodes[n].tokens.size());
+      w.questions += w.tree.nodes[n].parent == 0;
+    }
   }
-  return w;
+  return requests;
 }
 
 }  // namespace flide::cli

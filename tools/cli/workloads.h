@@ -5,14 +5,16 @@
 //   quality_all  trunk 5,000 + 18 x 70, 4 labels                     (QuALITY: all questions)
 //   quality_one  trunk 5,000 + 1 x 70, 4 labels
 //   multirc_all  trunk 330 + 58 x 35, 2 labels                       (MultiRC: all answers)
-// A FILE.jsonl workload is the file's first request line, read like `flide decide` input (text
-// through the decision template with the model's tokenizer, or token ids).
+// A FILE.jsonl workload is the file's request lines, read like `flide decide` input (text
+// through the decision template with a tokenizer, or token ids): a round of N takes its first N
+// (starting over after the last), so rounds of real requests of different sizes can be timed.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/tree.h"
 
@@ -37,15 +39,18 @@ WorkloadSpec parse_workload(const std::string& name);
 
 struct Workload {
   std::string description;  // "race_all" or "FILE (request ID)"
+  std::string id;           // a file request's id as JSON, or "line N"; "" when synthetic
   Tree tree;
   int64_t trunk_tokens = 0;
   int64_t branch_tokens = 0;  // all questions' own tokens
   int64_t questions = 0;
 };
 
-// Synthetic ids are drawn from [0, min(vocab_size, 200000)) by `seed`. A file's text request
-// needs the tokenizer at `tokenizer_json` (absent: Error saying so).
-Workload make_workload(const WorkloadSpec& spec, int64_t vocab_size, uint64_t seed,
-                       const std::optional<std::filesystem::path>& tokenizer_json);
+// The `batch` requests of a round. Synthetic ones draw ids from [0, min(vocab_size, 200000)),
+// request i by seed + i. A file's text requests need the tokenizer at `tokenizer_json` (absent:
+// Error saying so).
+std::vector<Workload> make_round(const WorkloadSpec& spec, int64_t batch, int64_t vocab_size,
+                                 uint64_t seed,
+                                 const std::optional<std::filesystem::path>& tokenizer_json);
 
 }  // namespace flide::cli
