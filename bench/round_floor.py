@@ -10,17 +10,17 @@ from the model's config, in the order the layers run them: a Gated DeltaNet laye
 a/b projections and its output projection (added into the residual, as flide's matmul_add), a
 full-attention layer's q+gate, k and v projections and its output projection, each layer's MLP
 (gate and up as one product, down added into the residual); the last layer's rows past its
-attention are the readout rows only (BATCH QUESTIONS), as in flide. With `attention` in --parts,
+attention are the readout rows only (one a question), as in flide. With `attention` in --parts,
 each full-attention layer also runs cuDNN's attention (scaled_dot_product_attention,
-CUDNN_ATTENTION): each trunk causal, then the questions' rows over their trunk's keys (one call for the requests
-of one shape) (their own
-few keys left out, slightly less work than flide's; the last layer: the readout rows only). What
-is not here has no vendor kernel to stand in: the delta rule, the conv, the norms and the gates.
+CUDNN_ATTENTION), one call for the requests of each shape: each trunk causal, then the questions'
+rows over their trunk's keys (their own few keys left out, slightly less work than flide's; the
+last layer: the readout rows only). What is not here has no vendor kernel to stand in: the delta
+rule, the conv, the norms and the gates.
 
 The round is captured in one CUDA graph and replayed back to back for SECONDS, so the power limit
 settles the clock as it does for a served round (bench/results/2026-12-02-served-power-tail.md).
 Prints one JSON line per part set: the median ms a round over the first 20 rounds and over the
-last half of the run (the sustained figure), and the products' TFLOP a round. With --fp8, the
+last half of the run (the sustained figure), and the products' TFLOP a round. With --fp8 (or --fp8 fused), the
 products flide's `--quantization fp8` runs on FP8 (q/k/v, z, q+gate/k/v, gate+up) run as
 torch._scaled_mm on e4m3 operands with a float scale a row and a column (their quantization not
 timed), the rest as before; with --fp8 all, every product does, the output projections and the
