@@ -361,27 +361,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   loaded.ops->synchronize();
   const double load_s = ms_since(load_start) / 1e3;
   const ModelInfo& info = loaded.model->info();
-  const std::vector<Workload> round =
-      make_round(spec, batch, info.vocab_size, seed, tokenizer_json);
-  std::vector<Tree> trees;
-  int64_t trunk_tokens = 0, branch_tokens = 0, questions = 0;
-  for (const Workload& w : round) {
-    trees.push_back(w.tree);
-    trunk_tokens += w.trunk_tokens;
-    branch_tokens += w.branch_tokens;
-    questions += w.questions;
-  }
-  std::string description = round[0].description;
-  if (round.size() > 1 && !spec.synthetic)
-    description =
-        cat(spec.file.filename().string(), " (", round.size(), " requests from ", round[0].id, ")");
+  const BenchRound round = make_round(spec, batch, info.vocab_size, seed, tokenizer_json);
 
   if (!loaded.ops->set_graphs(true)) graph_settings = {false};  // a backend without graphs
   std::vector<ModeResult> results;
   for (ExecMode mode : modes)
     for (bool graphs : graph_settings)
-      results.push_back(time_mode(*loaded.model, *loaded.ops, trees, mode, graphs, warmup, reps,
-                                  profile && graphs == graph_settings.front(), replay_ms));
+      results.push_back(time_mode(*loaded.model, *loaded.ops, round.trees, mode, graphs, warmup,
+                                  reps, profile && graphs == graph_settings.front(), replay_ms));
   GemmFloor floor(*loaded.ops, seed);
   for (ModeResult& r : results) r.floor = floor.time(r.gemms, warmup, reps);
   // Ratios of the last setting timed (graphs on when timed): independent over fork.
@@ -427,7 +414,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
         runs[i]["replay"] = std::move(windows);
       }
     json out = {
-        {"workload", description},
+        {"workload", round.description},
         {"model", source.path.string()},
         {"random_weights", random},
         {"params", info.n_params},
@@ -438,9 +425,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
         {"quantization", backend.quantization == Quantization::Quantization_fp8 ? "fp8" : "none"}};
     if (backend.device == Device::Device_cpu) out["threads"] = backend.threads;
     out["seed"] = seed;
-    out["trunk_tokens"] = trunk_tokens;
-    out["branch_tokens"] = branch_tokens;
-    out["questions"] = questions;
+    out["trunk_tokens"] = round.trunk_tokens;
+    out["branch_tokens"] = round.branch_tokens;
+    out["questions"] = round.questions;
     out["batch"] = batch;
     out["warmup"] = warmup;
     out["reps"] = reps;
@@ -456,8 +443,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   }
 
   std::printf("workload %s: %s%" PRId64 " + %" PRId64 " questions (%" PRId64 " tokens); %s\n",
-              description.c_str(), batch > 1 ? cat(batch, " requests, trunks ").c_str() : "trunk ",
-              trunk_tokens, questions, branch_tokens, backend_description(backend).c_str());
+              round.description.c_str(),
+              batch > 1 ? cat(batch, " requests, trunks ").c_str() : "trunk ", round.trunk_tokens,
+              round.questions, round.branch_tokens, backend_description(backend).c_str());
   std::printf("model %s%s: %s parameters, %" PRId64
               " layers, loaded in %.1f s; %d reps after %d "
               "warm-up\n",

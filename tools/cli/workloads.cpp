@@ -22,7 +22,7 @@ constexpr SyntheticShape kSynthetic[] = {
 
 constexpr int64_t kMaxSyntheticId = 200000;  // below every Qwen3.5 vocabulary's special tokens
 
-Workload synthetic_workload(const SyntheticShape& shape, int64_t vocab_size, uint64_t seed) {
+Tree synthetic_tree(const SyntheticShape& shape, int64_t vocab_size, uint64_t seed) {
   const uint64_t range = uint64_t(std::min(vocab_size, kMaxSyntheticId));
   if (range < uint64_t(shape.labels))
     throw Error(cat("--workload ", shape.name, ": the vocabulary (", vocab_size,
@@ -33,9 +33,8 @@ Workload synthetic_workload(const SyntheticShape& shape, int64_t vocab_size, uin
     for (int32_t& id : out) id = int32_t(rng() % range);
     return out;
   };
-  Workload w;
-  w.description = shape.name;
-  w.tree.nodes.push_back(tree_node(-1, ids(shape.trunk_tokens)));
+  Tree tree;
+  tree.nodes.push_back(tree_node(-1, ids(shape.trunk_tokens)));
   for (int32_t q = 0; q < shape.questions; ++q) {
     TreeNode node = tree_node(0, ids(shape.question_tokens), ReadoutKind::ReadoutKind_choice);
     while (int32_t(node.label_ids.size()) < shape.labels) {
@@ -43,19 +42,20 @@ Workload synthetic_workload(const SyntheticShape& shape, int64_t vocab_size, uin
       if (std::find(node.label_ids.begin(), node.label_ids.end(), id) == node.label_ids.end())
         node.label_ids.push_back(id);
     }
-    w.tree.nodes.push_back(std::move(node));
+    tree.nodes.push_back(std::move(node));
   }
-  return w;
+  return tree;
 }
 
-// The file's first `count` requests, starting over after its last line.
-std::vector<Workload> file_workloads(const std::filesystem::path& file, int64_t count,
-                                     int64_t vocab_size,
-                                     const std::optional<std::filesystem::path>& tokenizer_json) {
-  std::vector<Workload> requests;
+// A round of the file's first `count` requests, starting over after its last line; its
+// description, not its sizes.
+BenchRound file_round(const std::filesystem::path& file, int64_t count, int64_t vocab_size,
+                      const std::optional<std::filesystem::path>& tokenizer_json) {
+  BenchRound round;
+  std::string first_id;
   std::optional<Tokenizer> tokenizer;
   for (const auto& [number, line] : nonblank_lines(read_file(file))) {
-    if (int64_t(requests.size()) == count) break;
+    if (int64_t(round.trees.size()) == count) break;
     DecideRequest request;
     try {
       request = parse_decide_request(nlohmann::ordered_json::parse(line), vocab_size);
@@ -72,18 +72,20 @@ std::vector<Workload> file_workloads(const std::filesystem::path& file, int64_t 
                         " is a text request and needs the tokenizer"));
       tokenizer.emplace(Tokenizer::load(*tokenizer_json));
     }
-    Workload w;
-    w.id = request.id.is_null() ? cat("line ", number) : request.id.dump();
+    if (round.trees.empty())
+      first_id = request.id.is_null() ? cat("line ", number) : request.id.dump();
     // Calibration shapes answers after the model runs: a bench round is the same without it.
-    w.tree = decide_tree(request, tokenizer ? &*tokenizer : nullptr, DecisionCalibration{});
-    requests.push_back(std::move(w));
+    round.trees.push_back(
+        decide_tree(request, tokenizer ? &*tokenizer : nullptr, DecisionCalibration{}));
   }
-  if (requests.empty())
+  if (round.trees.empty())
     throw Error(cat("--workload ", file.string(), ": no request (the file is empty)"));
-  for (size_t i = 0; int64_t(requests.size()) < count; ++i) requests.push_back(requests[i]);
-  const std::string name = file.filename().string();
-  for (Workload& w : requests) w.description = cat(name, " (request ", w.id, ")");
-  return requests;
+  for (size_t i = 0; int64_t(round.trees.size()) < count; ++i)
+    round.trees.push_back(round.trees[i]);
+  round.description =
+      count == 1 ? cat(file.filename().string(), " (request ", first_id, ")")
+                 : cat(file.filename().string(), " (", count, " requests from ", first_id, ")");
+  return round;
 }
 
 }  // namespace
@@ -98,25 +100,26 @@ WorkloadSpec parse_workload(const std::string& name) {
                   "or a FILE.jsonl) nor a readable file"));
 }
 
-std::vector<Workload> make_round(const WorkloadSpec& spec, int64_t batch, int64_t vocab_size,
-                                 uint64_t seed,
-                                 const std::optional<std::filesystem::path>& tokenizer_json) {
+BenchRound make_round(const WorkloadSpec& spec, int64_t batch, int64_t vocab_size, uint64_t seed,
+                      const std::optional<std::filesystem::path>& tokenizer_json) {
   FLIDE_CHECK(batch >= 1);
-  std::vector<Workload> requests;
-  if (spec.synthetic)
+  BenchRound round;
+  if (spec.synthetic) {
+    round.description = spec.synthetic->name;
     for (int64_t i = 0; i < batch; ++i)
-      requests.push_back(synthetic_workload(*spec.synthetic, vocab_size, seed + uint64_t(i)));
-  else
-    requests = file_workloads(spec.file, batch, vocab_size, tokenizer_json);
-  for (Workload& w : requests) {
-    validate_tree(w.tree, vocab_size);
-    w.trunk_tokens = int64_t(w.tree.nodes[0].tokens.size());
-    for (size_t n = 1; n < w.tree.nodes.size(); ++n) {
-      w.branch_tokens += int64_t(w.tree.nodes[n].tokens.size());
-      w.questions += w.tree.nodes[n].parent == 0;
+      round.trees.push_back(synthetic_tree(*spec.synthetic, vocab_size, seed + uint64_t(i)));
+  } else {
+    round = file_round(spec.file, batch, vocab_size, tokenizer_json);
+  }
+  for (const Tree& tree : round.trees) {
+    validate_tree(tree, vocab_size);
+    round.trunk_tokens += int64_t(tree.nodes[0].tokens.size());
+    for (size_t n = 1; n < tree.nodes.size(); ++n) {
+      round.branch_tokens += int64_t(tree.nodes[n].tokens.size());
+      round.questions += tree.nodes[n].parent == 0;
     }
   }
-  return requests;
+  return round;
 }
 
 }  // namespace flide::cli

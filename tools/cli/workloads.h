@@ -37,20 +37,20 @@ struct WorkloadSpec {
 // Error naming the workloads when `name` is neither a synthetic workload nor a readable file.
 WorkloadSpec parse_workload(const std::string& name);
 
-struct Workload {
-  std::string description;  // "race_all" or "FILE (request ID)"
-  std::string id;           // a file request's id as JSON, or "line N"; "" when synthetic
-  Tree tree;
+// One round of `flide bench`: its requests' trees, what it is, and its sizes, all requests
+// together.
+struct BenchRound {
+  std::string description;  // "race_all", "FILE (request ID)" or "FILE (N requests from ID)"
+  std::vector<Tree> trees;
   int64_t trunk_tokens = 0;
   int64_t branch_tokens = 0;  // all questions' own tokens
   int64_t questions = 0;
 };
 
-// The `batch` requests of a round. Synthetic ones draw ids from [0, min(vocab_size, 200000)),
+// A round of `batch` requests. Synthetic ones draw ids from [0, min(vocab_size, 200000)),
 // request i by seed + i. A file's text requests need the tokenizer at `tokenizer_json` (absent:
 // Error saying so).
-std::vector<Workload> make_round(const WorkloadSpec& spec, int64_t batch, int64_t vocab_size,
-                                 uint64_t seed,
-                                 const std::optional<std::filesystem::path>& tokenizer_json);
+BenchRound make_round(const WorkloadSpec& spec, int64_t batch, int64_t vocab_size, uint64_t seed,
+                      const std::optional<std::filesystem::path>& tokenizer_json);
 
 }  // namespace flide::cli
