@@ -7,7 +7,9 @@
 // combinations nobody listed.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "server_process.h"
 #include "test_requests.h"
@@ -187,38 +189,80 @@ void expect_error_body(const HttpAnswer& answer, bool openai) {
     EXPECT_EQ(error["code"], answer.status) << answer.text;
 }
 
+// Sends one mutated request on a route drawn at random and checks its answer; returns whether
+// it was answered with 200.
+bool send_mutated(Mutator& mutator, httplib::Client& http, const ServerProcess& server) {
+  const bool openai = mutator.draw(0, 1) == 1;
+  const std::string path = openai ? "/v1/decisions" : "/v1/systemone";
+  const ordered_json body =
+      mutator.mutate(openai ? decisions_body("flide-tiny-random") : systemone_body());
+  const std::string bytes = mutator.bytes_of(body);
+  SCOPED_TRACE(path + " " + bytes.substr(0, 600));
+  const HttpAnswer answer = post(http, path, bytes);
+  EXPECT_NE(answer.status, 0) << "no answer: the server may have crashed\n" << server.stderr_text();
+  EXPECT_TRUE(answer.status == 200 || answer.status == 400 || answer.status == 404 ||
+              answer.status == 413 || answer.status == 422)
+      << answer.status << " " << answer.text;
+  if (answer.status == 200)
+    expect_well_formed_answers(body, answer.body, openai);
+  else if (answer.status != 0)
+    expect_error_body(answer, openai);
+  return answer.status == 200;
+}
+
 TEST(MutatedRequests, EachGetsAWellFormedAnswerOrItsRoutesErrorAndTheServerKeepsServing) {
   FLIDE_SKIP_WITHOUT_TINY_MODEL();
   ServerProcess server("--max-questions 64");
   ASSERT_GT(server.port(), 0);
-  const ordered_json decisions = decisions_body("flide-tiny-random");
   Mutator mutator(20261207);
   std::unique_ptr<httplib::Client> http = server.client();
   int answered = 0;
-  for (int i = 0; i < 300; ++i) {
-    const bool openai = mutator.draw(0, 1) == 1;
-    const std::string path = openai ? "/v1/decisions" : "/v1/systemone";
-    const ordered_json body = mutator.mutate(openai ? decisions : systemone_body());
-    const std::string bytes = mutator.bytes_of(body);
-    SCOPED_TRACE(path + " " + bytes.substr(0, 600));
-    const HttpAnswer answer = post(*http, path, bytes);
-    ASSERT_NE(answer.status, 0) << "no answer: the server may have crashed\n"
-                                << server.stderr_text();
-    ASSERT_TRUE(answer.status == 200 || answer.status == 400 || answer.status == 404 ||
-                answer.status == 413 || answer.status == 422)
-        << answer.status << " " << answer.text;
-    if (answer.status == 200) {
-      ++answered;
-      expect_well_formed_answers(body, answer.body, openai);
-    } else {
-      expect_error_body(answer, openai);
-    }
-  }
+  for (int i = 0; i < 300 && !HasFailure(); ++i) answered += send_mutated(mutator, *http, server);
   // Enough of the draws stay valid for the success path to be exercised too.
   EXPECT_GT(answered, 20);
   EXPECT_EQ(post(*http, "/v1/systemone", systemone_body().dump()).status, 200);
   EXPECT_EQ(get(*http, "/health").status, 200);
   http.reset();  // an idle keep-alive connection would hold the shutdown for its timeout
+  EXPECT_EQ(server.stop(), 0) << server.stderr_text();
+}
+
+// Mutated requests from three clients at once share rounds with a good one sent again and again:
+// the good request's answer stays what it is alone (within float32's reach: the rounds' sizes
+// change the CPU products' blocking), so a neighbour refused or answered never disturbs it.
+TEST(MutatedRequests, NeighboursDoNotDisturbAGoodRequestsAnswer) {
+  FLIDE_SKIP_WITHOUT_TINY_MODEL();
+  ServerProcess server("--max-questions 64");
+  ASSERT_GT(server.port(), 0);
+  std::unique_ptr<httplib::Client> http = server.client();
+  const std::string good = systemone_body().dump();
+  const HttpAnswer alone = post(*http, "/v1/systemone", good);
+  ASSERT_EQ(alone.status, 200) << alone.text;
+
+  std::atomic<bool> done = false;
+  std::vector<std::thread> neighbours;
+  for (uint32_t k = 0; k < 3; ++k)
+    neighbours.emplace_back([&, k] {
+      Mutator mutator(20261207 + 1 + k);
+      const std::unique_ptr<httplib::Client> own = server.client();
+      while (!done) send_mutated(mutator, *own, server);
+    });
+  for (int i = 0; i < 40; ++i) {
+    const HttpAnswer again = post(*http, "/v1/systemone", good);
+    ASSERT_EQ(again.status, 200) << again.text;
+    for (const auto& [id, answer] : alone.body["answers"].items()) {
+      const ordered_json& got = again.body["answers"][id];
+      if (answer.contains("noul"))
+        EXPECT_NEAR(got["noul"].get<double>(), answer["noul"].get<double>(), 1e-5) << id;
+      else
+        for (const auto& [option, p] : answer["probabilities"].items())
+          EXPECT_NEAR(got["probabilities"][option].get<double>(), p.get<double>(), 1e-5)
+              << id << " " << option;
+    }
+  }
+  done = true;
+  for (std::thread& t : neighbours) t.join();
+  EXPECT_EQ(get(*http, "/health").status, 200);
+  http.reset();
   EXPECT_EQ(server.stop(), 0) << server.stderr_text();
 }
 
