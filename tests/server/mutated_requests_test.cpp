@@ -93,13 +93,18 @@ class Mutator {
 
   int draw(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
 
+  template <typename T>
+  const T& pick(const std::vector<T>& from) {
+    return from[size_t(draw(0, int(from.size()) - 1))];
+  }
+
  private:
   void mutate_at(ordered_json& body, const json_pointer& at) {
     ordered_json& node = body[at];
     ordered_json& parent = body[at.parent_pointer()];
     switch (draw(0, 5)) {
       case 0:
-        node = edges_[size_t(draw(0, int(edges_.size()) - 1))];
+        node = pick(edges_);
         break;
       case 1:  // drop it
         if (parent.is_object())
@@ -108,9 +113,7 @@ class Mutator {
           parent.erase(size_t(std::stoul(at.back())));
         break;
       case 2:  // a known field, with an edge value, on the object holding it
-        if (parent.is_object())
-          parent[kKnownKeys[size_t(draw(0, int(kKnownKeys.size()) - 1))]] =
-              edges_[size_t(draw(0, int(edges_.size()) - 1))];
+        if (parent.is_object()) parent[pick(kKnownKeys)] = pick(edges_);
         break;
       case 3:  // repeat an array element (duplicate options, too many questions)
         if (parent.is_array()) parent.push_back(ordered_json(node));
@@ -129,8 +132,9 @@ class Mutator {
   void grow(ordered_json& node) {
     const int times = draw(2, 12);
     if (node.is_string()) {
+      const std::string once = node.get<std::string>();
       std::string grown;
-      for (int i = 0; i < times; ++i) grown += node.get<std::string>();
+      for (int i = 0; i < times; ++i) grown += once;
       node = grown;
     } else if (node.is_array()) {
       ordered_json grown = ordered_json::array();
@@ -152,7 +156,7 @@ class Mutator {
 double probability_sum(const ordered_json& probabilities) {
   double sum = 0;
   for (const ordered_json& p : probabilities)
-    sum += p.is_object() ? p["probability"].get<double>() : p.get<double>();
+    sum += p.is_object() ? p.at("probability").get<double>() : p.get<double>();
   return sum;
 }
 
@@ -164,15 +168,15 @@ void expect_well_formed_answers(const ordered_json& request, const ordered_json&
   const ordered_json& answers = response["answers"];
   ASSERT_EQ(answers.size(), request["questions"].size()) << response.dump();
   for (const ordered_json& answer : answers) {
-    const std::string type = answer["type"].get<std::string>();
+    const std::string type = answer.at("type").get<std::string>();
     if (type == "noul" || type == "predicate") {
-      const double p = answer[openai ? "probability" : "noul"].get<double>();
+      const double p = answer.at(openai ? "probability" : "noul").get<double>();
       EXPECT_TRUE(p >= 0 && p <= 1) << answer.dump();
     } else {
-      EXPECT_NEAR(probability_sum(answer["probabilities"]), 1.0, 1e-6) << answer.dump();
+      EXPECT_NEAR(probability_sum(answer.at("probabilities")), 1.0, 1e-6) << answer.dump();
     }
   }
-  EXPECT_GT(response["usage"]["input_tokens"].get<int64_t>(), 0) << response.dump();
+  EXPECT_GT(response.at("usage").at("input_tokens").get<int64_t>(), 0) << response.dump();
 }
 
 void expect_error_body(const HttpAnswer& answer, bool openai) {
@@ -226,6 +230,46 @@ TEST(MutatedRequests, EachGetsAWellFormedAnswerOrItsRoutesErrorAndTheServerKeeps
   EXPECT_EQ(server.stop(), 0) << server.stderr_text();
 }
 
+// Clients that send mutated requests without pause, each on its own connection and seed, until
+// destroyed: a failed assertion or a throw in the test leaves their threads joined, not running.
+class MutatingNeighbours {
+ public:
+  MutatingNeighbours(const ServerProcess& server, uint32_t count) {
+    for (uint32_t k = 0; k < count; ++k)
+      threads_.emplace_back([this, &server, k] {
+        Mutator mutator(20261207 + 1 + k);
+        const std::unique_ptr<httplib::Client> own = server.client();
+        while (!done_) send_mutated(mutator, *own, server);
+      });
+  }
+  ~MutatingNeighbours() {
+    done_ = true;
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> done_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Sends `good` `times` times; each answer must equal `alone`'s within 1e-5.
+void expect_answers_as_alone(httplib::Client& http, const std::string& good,
+                             const ordered_json& alone, int times) {
+  for (int i = 0; i < times; ++i) {
+    const HttpAnswer again = post(http, "/v1/systemone", good);
+    ASSERT_EQ(again.status, 200) << again.text;
+    for (const auto& [id, answer] : alone.at("answers").items()) {
+      const ordered_json& got = again.body.at("answers").at(id);
+      if (answer.contains("noul"))
+        EXPECT_NEAR(got.at("noul").get<double>(), answer.at("noul").get<double>(), 1e-5) << id;
+      else
+        for (const auto& [option, p] : answer.at("probabilities").items())
+          EXPECT_NEAR(got.at("probabilities").at(option).get<double>(), p.get<double>(), 1e-5)
+              << id << " " << option;
+    }
+  }
+}
+
 // Mutated requests from three clients at once share rounds with a good one sent again and again:
 // the good request's answer stays what it is alone (within float32's reach: the rounds' sizes
 // change the CPU products' blocking), so a neighbour refused or answered never disturbs it.
@@ -238,29 +282,10 @@ TEST(MutatedRequests, NeighboursDoNotDisturbAGoodRequestsAnswer) {
   const HttpAnswer alone = post(*http, "/v1/systemone", good);
   ASSERT_EQ(alone.status, 200) << alone.text;
 
-  std::atomic<bool> done = false;
-  std::vector<std::thread> neighbours;
-  for (uint32_t k = 0; k < 3; ++k)
-    neighbours.emplace_back([&, k] {
-      Mutator mutator(20261207 + 1 + k);
-      const std::unique_ptr<httplib::Client> own = server.client();
-      while (!done) send_mutated(mutator, *own, server);
-    });
-  for (int i = 0; i < 40; ++i) {
-    const HttpAnswer again = post(*http, "/v1/systemone", good);
-    ASSERT_EQ(again.status, 200) << again.text;
-    for (const auto& [id, answer] : alone.body["answers"].items()) {
-      const ordered_json& got = again.body["answers"][id];
-      if (answer.contains("noul"))
-        EXPECT_NEAR(got["noul"].get<double>(), answer["noul"].get<double>(), 1e-5) << id;
-      else
-        for (const auto& [option, p] : answer["probabilities"].items())
-          EXPECT_NEAR(got["probabilities"][option].get<double>(), p.get<double>(), 1e-5)
-              << id << " " << option;
-    }
+  {
+    const MutatingNeighbours neighbours(server, 3);
+    expect_answers_as_alone(*http, good, alone.body, 40);
   }
-  done = true;
-  for (std::thread& t : neighbours) t.join();
   EXPECT_EQ(get(*http, "/health").status, 200);
   http.reset();
   EXPECT_EQ(server.stop(), 0) << server.stderr_text();
