@@ -90,6 +90,11 @@ class Ops {
   // attention_projections): a backend that computes them in lower precision keeps a copy of it in
   // that form beside it (CUDA under Quantization_fp8). The others ignore it; w stays as it was.
   virtual void quantize_weight(View /*w*/) {}
+  // w (loaded) is the weight of a product that reads the output of swiglu_into_product or
+  // z_gated_rmsnorm_into_product (the MLP's down projection, the GDN layer's output projection):
+  // a backend that computes it in lower precision keeps a copy of it in that form (CUDA under
+  // Quantization_fp8: e4m3 with a scale per 128 x 128 tile). The others ignore it.
+  virtual void quantize_output_weight(View /*w*/) {}
 
   // ---- rounds in flight ----
   // So that the host can prepare the next round while the device computes this one, a round's
@@ -143,6 +148,13 @@ class Ops {
     matmul(x, w_gate, out);
     matmul(x, w_up, up);
     silu_mul(out, up, out);
+  }
+  // swiglu whose out only matmul_add(out, w_next, ...), called next, reads: a backend that runs
+  // that product on FP8 operands (CUDA under Quantization_fp8, w_next with its
+  // quantize_output_weight copy) writes out's FP8 form alone, and out's bf16 is left unwritten.
+  // The others run swiglu.
+  virtual void swiglu_into_product(View x, View w_gate, View w_up, View out, View /*w_next*/) {
+    swiglu(x, w_gate, w_up, out);
   }
   // x *= sigmoid(gate)
   virtual void sigmoid_mul(View x, View gate) = 0;
@@ -244,6 +256,12 @@ class Ops {
     matmul(h, w_z, z);
     const int64_t D = w.size();
     gated_rmsnorm(o.reshaped(D), z.reshaped(D), w, out.reshaped(D), eps);
+  }
+  // z_gated_rmsnorm whose out only matmul_add(out, w_next, ...), called next, reads (as
+  // swiglu_into_product).
+  virtual void z_gated_rmsnorm_into_product(View o, View h, View w_z, View w, View out, double eps,
+                                            View /*w_next*/) {
+    z_gated_rmsnorm(o, h, w_z, w, out, eps);
   }
 
   // ---- readout ----

@@ -25,6 +25,27 @@ struct Fp8Rows {
   const uint8_t* data = nullptr;
   const float* scale = nullptr;
 };
+// An FP8 e4m3 matrix [rows, K] with a float scale a row and 128-column block, in the layout
+// cuBLASLt's VEC128_32F scales take: element (r, c) stands for
+// scale[(c / 128) * fp8_block_scale_ld(rows) + r] * e4m3(data[r K + c]). What swiglu_gemm_fp8 and
+// z_gated_rmsnorm_fp8 write for the products that read their output (the output projections,
+// CudaOps::matmul_add), each block quantized as a group (fp8_rows.cuh).
+struct Fp8Blocks {
+  uint8_t* data = nullptr;
+  float* scale = nullptr;
+};
+constexpr int kFp8Block = 128;
+// The distance between two blocks' scales, in floats (cuBLASLt reads them at a row count's
+// stride).
+__host__ __device__ constexpr int64_t fp8_block_scale_ld(int64_t rows) {
+  return rows;
+}
+// w [rows, cols] bf16 to q [rows, cols] e4m3 and scale [rows / 128, cols / 128] (row-major), a
+// 128 x 128 tile a group (fp8_rows.cuh): the weights of the products that read Fp8Blocks, as
+// cuBLASLt's BLK128x128_32F scales take them. rows and cols multiples of 128, w 16-byte and q
+// 8-byte aligned.
+cudaError_t quantize_tiles_fp8(const bf16* w, int64_t rows, int64_t cols, uint8_t* q, float* scale,
+                               cudaStream_t stream);
 // x [rows, cols] bf16 to q [rows, cols] e4m3 and scale [rows] (quantize_fp8.cu): each row's
 // largest magnitude becomes 448, the rest round to nearest-even. cols a multiple of 8, x 16-byte
 // and q 8-byte aligned.
@@ -56,9 +77,10 @@ bool swiglu_gemm_supported(const void* x, const void* w_gate, const void* w_up, 
 cudaError_t swiglu_gemm(const bf16* x, const bf16* w_gate, const bf16* w_up, bf16* out, int64_t M,
                         int64_t N, int64_t K, cudaStream_t stream);
 // swiglu_gemm on FP8 operands: gate and up are the products scaled by their rows' and columns'
-// scales, rounded to bf16, then as above. The same shapes, K a multiple of 16.
-cudaError_t swiglu_gemm_fp8(Fp8Rows x, Fp8Rows w_gate, Fp8Rows w_up, bf16* out, int64_t M,
-                            int64_t N, int64_t K, cudaStream_t stream);
+// scales, rounded to bf16, then as above. The same shapes, K a multiple of 16. With out8.data,
+// the bf16 outputs go to out8 as Fp8Blocks instead of to out (which may be null).
+cudaError_t swiglu_gemm_fp8(Fp8Rows x, Fp8Rows w_gate, Fp8Rows w_up, bf16* out, Fp8Blocks out8,
+                            int64_t M, int64_t N, int64_t K, cudaStream_t stream);
 // x *= sigmoid(gate)
 cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t stream);
 // out[r, :] = x[rows[r], :]; out [R, cols]. Works for bf16 and fp32 (elem_bytes 2 or 4).
@@ -118,10 +140,10 @@ bool z_gated_rmsnorm_supported(const void* h, const void* w_z, const void* o, co
 cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const bf16* w, bf16* out,
                             int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
                             cudaStream_t stream);
-// z_gated_rmsnorm on FP8 operands (as swiglu_gemm_fp8; K a multiple of 16).
+// z_gated_rmsnorm on FP8 operands (as swiglu_gemm_fp8; K a multiple of 16, and out8 as there).
 cudaError_t z_gated_rmsnorm_fp8(Fp8Rows h, Fp8Rows w_z, const bf16* o, const bf16* w, bf16* out,
-                                int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
-                                cudaStream_t stream);
+                                Fp8Blocks out8, int64_t M, int64_t Vd, int64_t K, int64_t head_dim,
+                                float eps, cudaStream_t stream);
 // out[m] = dot(h[select_out[m]], w[select_ids[m]]) in fp32; h [R, H], w [V, H].
 cudaError_t select_logits(const bf16* h, const bf16* w, const int32_t* select_out,
                           const int32_t* select_ids, float* out, int64_t M, int64_t H,

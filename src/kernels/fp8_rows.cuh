@@ -1,7 +1,8 @@
-// The row quantization every FP8 operand goes through (quantize_fp8.cu's rows, norms.cu's
-// rmsnorm_fp8): a row's scale is its largest magnitude over e4m3's largest finite value (448), so
-// that element lands on 448, and each value times 1 / scale rounds to the nearest-even e4m3
-// (saturating). A zero row keeps scale 1.
+// The quantization every FP8 operand goes through (quantize_fp8.cu's rows and tiles, norms.cu's
+// rmsnorm_fp8, the 128-column blocks of swiglu_gemm.cu and z_gated_rmsnorm.cu): a group's scale
+// (a row's, a block's, a tile's) is its largest magnitude over e4m3's largest finite value (448),
+// so that element lands on 448, and each value times 1 / scale rounds to the nearest-even e4m3
+// (saturating). A zero group keeps scale 1.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -12,12 +13,18 @@ namespace flide::kernels::detail {
 
 constexpr float kE4m3Max = 448.f;
 
-// The scale of a row a warp holds, from each lane's largest magnitude: every lane gets it. All 32
-// lanes call it.
+// The scale of a group whose largest magnitude is amax.
+__host__ __device__ __forceinline__ float fp8_scale(float amax) {
+  return amax > 0.f ? amax / kE4m3Max : 1.f;
+}
+
+// The scale of a group that each kLanes consecutive lanes hold (a row a warp: 32), from each
+// lane's largest magnitude: every lane of the group gets it. All 32 lanes call it.
+template <int kLanes = 32>
 __device__ __forceinline__ float fp8_row_scale(float amax) {
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  return amax > 0.f ? amax / kE4m3Max : 1.f;
+  for (int o = kLanes / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  return fp8_scale(amax);
 }
 
 // f times inv as 8 e4m3 bytes at q (8-byte aligned).

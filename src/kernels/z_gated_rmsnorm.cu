@@ -12,11 +12,16 @@
 // squares of o summed in fp32 in the lane's order and then by the same butterfly, rsqrt(mean +
 // eps), w * (o * s) * (z * sigmoid(z)), one rounding to bf16.
 //
+// Under --quantization fp8, where the output projection reads the output on FP8 blocks
+// (CudaOps::z_gated_rmsnorm_into_product), each head's 128 values, rounded to bf16 as always, are
+// quantized as one block instead of stored in bf16: a head is a block.
+//
 // Tiles: a tile pair's 256 columns are two heads (CTA 0 copies the first weight tile, CTA 1 the
 // second); a warp's 32 lanes hold one row of both, 8 values each. The epilogue's seven warps
 // each walk a seventh of the tile's 128 rows two at a time, loading o a pair ahead.
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
+#include "kernels/fp8_rows.cuh"
 #include "kernels/tma_gemm.cuh"
 
 namespace flide::kernels {
@@ -33,12 +38,29 @@ constexpr int kEpilogueWarps = kEpilogueThreads / 32;
 constexpr int kRowsPerWarp = (kTileM + kEpilogueWarps - 1) / kEpilogueWarps;
 
 struct NormArgs {
-  const bf16* o;  // [M, Vd]
-  const bf16* w;  // [128]
-  bf16* out;      // [M, Vd]
+  const bf16* o;   // [M, Vd]
+  const bf16* w;   // [128]
+  bf16* out;       // [M, Vd]
+  Fp8Blocks out8;  // or, with out8.data, the output here
   int M, Vd;
   float eps;
 };
+
+// The output as Fp8Blocks: a head's 16 lanes are its 128-column block, quantized once rounded to
+// bf16 as the bf16 output is (out8 is the quantized bf16 output). Lane col (its head's first
+// column) of row m, output column c.
+__device__ __forceinline__ void store_block_row(const NormArgs& a, int m, int64_t c, int col,
+                                                float (&y)[kVec]) {
+  float amax = 0.f;
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) {
+    y[v] = __bfloat162float(__float2bfloat16_rn(y[v]));
+    amax = fmaxf(amax, fabsf(y[v]));
+  }
+  const float s = detail::fp8_row_scale<kLanesPerHead>(amax);
+  detail::store_e4m3x8(a.out8.data + m * int64_t(a.Vd) + c, y, 1.f / s);
+  if (col == 0) a.out8.scale[c / kFp8Block * fp8_block_scale_ld(a.M) + m] = s;
+}
 
 // kRows rows from tile row i (stream row m) on: o_in their o, their z staged at `staged`, the
 // lane's columns col of the head (c of the output). Their chains (the squares, the butterfly,
@@ -60,7 +82,10 @@ __device__ __forceinline__ void norm_rows(const NormArgs& a, uint32_t staged, in
 #pragma unroll
     for (int v = 0; v < kVec; ++v)
       y[v] = detail::gated_rms(wv[v], detail::raw_at(o_in[q], v), s, detail::raw_at(z_raw[q], v));
-    detail::store8(a.out + (m + q) * int64_t(a.Vd) + c, kVec, true, y);
+    if (a.out8.data)
+      store_block_row(a, m + q, c, col, y);
+    else
+      detail::store8(a.out + (m + q) * int64_t(a.Vd) + c, kVec, true, y);
   }
 }
 
@@ -128,12 +153,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The arguments checked and the launch, once h's and w_z's maps are made (bf16 or FP8).
 template <bool kFp8>
 cudaError_t launch_z_gated(const CUtensorMap& map_h, const CUtensorMap& map_wz, const bf16* o,
-                           const bf16* w, bf16* out, int64_t M, int64_t Vd, int64_t K, float eps,
-                           const ZScales& scales, cudaStream_t stream) {
+                           const bf16* w, bf16* out, const Fp8Blocks& out8, int64_t M, int64_t Vd,
+                           int64_t K, float eps, const ZScales& scales, cudaStream_t stream) {
   NormArgs a;
   a.o = o;
   a.w = w;
   a.out = out;
+  a.out8 = out8;
   a.M = int(M);
   a.Vd = int(Vd);
   a.eps = eps;
@@ -166,21 +192,22 @@ cudaError_t z_gated_rmsnorm(const bf16* h, const bf16* w_z, const bf16* o, const
   cudaError_t err = tile_map(map_h, h, M, K);
   if (err == cudaSuccess) err = tile_map(map_wz, w_z, Vd, K);
   if (err != cudaSuccess) return err;
-  return launch_z_gated<false>(map_h, map_wz, o, w, out, M, Vd, K, eps, {}, stream);
+  return launch_z_gated<false>(map_h, map_wz, o, w, out, {}, M, Vd, K, eps, {}, stream);
 }
 
 cudaError_t z_gated_rmsnorm_fp8(Fp8Rows h, Fp8Rows w_z, const bf16* o, const bf16* w, bf16* out,
-                                int64_t M, int64_t Vd, int64_t K, int64_t head_dim, float eps,
-                                cudaStream_t stream) {
+                                Fp8Blocks out8, int64_t M, int64_t Vd, int64_t K, int64_t head_dim,
+                                float eps, cudaStream_t stream) {
   if (M == 0 || Vd == 0) return cudaSuccess;
-  if (!z_gated_rmsnorm_supported(h.data, w_z.data, o, w, out, Vd, K, head_dim) ||
-      !sizes_fit(M, Vd) || !fp8_scales_ok(K, h.scale, {w_z.scale}))
+  const void* written = out8.data ? static_cast<const void*>(out8.data) : out;
+  if (!z_gated_rmsnorm_supported(h.data, w_z.data, o, w, written, Vd, K, head_dim) ||
+      !sizes_fit(M, Vd) || !fp8_scales_ok(K, h.scale, {w_z.scale}) || (out8.data && !out8.scale))
     return cudaErrorInvalidValue;
   CUtensorMap map_h, map_wz;
   cudaError_t err = detail::tile_map_fp8(map_h, h.data, M, K);
   if (err == cudaSuccess) err = detail::tile_map_fp8(map_wz, w_z.data, Vd, K);
   if (err != cudaSuccess) return err;
-  return launch_z_gated<true>(map_h, map_wz, o, w, out, M, Vd, K, eps,
+  return launch_z_gated<true>(map_h, map_wz, o, w, out, out8, M, Vd, K, eps,
                               ZScales{{h.scale, int(M)}, w_z.scale}, stream);
 }
 

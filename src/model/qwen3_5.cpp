@@ -144,13 +144,16 @@ class Qwen35Model final : public Model {
         w.attn.q_norm = b.bind(a + "q_norm.weight", {hd});
         w.attn.k_norm = b.bind(a + "k_norm.weight", {hd});
       }
-      // The fused products' weights, which a backend may also keep in lower precision
-      // (--quantization fp8); the output projections and the LM head stay as loaded.
+      // The fused products' weights, and the output projections that read a fused product's
+      // output, which a backend may also keep in lower precision (--quantization fp8); the
+      // attention's output projection and the LM head stay as loaded.
       const bool gdn = w.type == LayerType::LayerType_linear_attention;
       for (const View& pw :
            gdn ? std::vector<View>{w.mlp_gate, w.mlp_up, w.gdn.in_qkv, w.gdn.in_z}
                : std::vector<View>{w.mlp_gate, w.mlp_up, w.attn.q, w.attn.k, w.attn.v})
         ops.quantize_weight(pw);
+      ops.quantize_output_weight(w.mlp_down);
+      if (gdn) ops.quantize_output_weight(w.gdn.out);
       layers_.push_back(w);
     }
     info_.architecture = cfg_.architecture;
@@ -261,7 +264,7 @@ class Qwen35Model final : public Model {
   // residual.
   void mlp(const LayerWeights& w, View n, View x) {
     View act = ops_.scratch(n.rows, cfg_.intermediate_size);
-    ops_.swiglu(n, w.mlp_gate, w.mlp_up, act);
+    ops_.swiglu_into_product(n, w.mlp_gate, w.mlp_up, act, w.mlp_down);
     ops_.matmul_add(act, w.mlp_down, x);
   }
 
@@ -299,7 +302,7 @@ class Qwen35Model final : public Model {
       ops_.gather_rows(h, hz);
     }
     View normed = ops_.scratch(hz.rows, Vd);
-    ops_.z_gated_rmsnorm(o, hz, w.in_z, w.norm, normed, cfg_.rms_norm_eps);
+    ops_.z_gated_rmsnorm_into_product(o, hz, w.in_z, w.norm, normed, cfg_.rms_norm_eps, w.out);
     ops_.matmul_add(normed, w.out, x);
   }
 

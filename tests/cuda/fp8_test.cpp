@@ -15,6 +15,8 @@
 // rounds by up to 2^-4 relative (~3.6% RMS), and an output over K random terms carries ~5%:
 // kTolFp8 (0.1) bounds that, and the worst seen goes to the report (the figure FP8's accuracy is
 // stated with at the model level: bench/results).
+#include <cuda_fp8.h>
+
 #include <array>
 #include <random>
 
@@ -135,6 +137,169 @@ TEST_P(CudaFp8, ZGatedRmsnorm) {
     check("z_gated_rmsnorm", out, p().got(out16), cat("M ", M, " Vd ", Vd, " K ", K));
   }
 }
+
+// [rows, cols] values that quantize_tiles_fp8 keeps exactly: each 128 x 128 tile is 2^shift times
+// e4m3 values, one of them +-448 (as `lossless`, a tile for a row).
+std::vector<float> lossless_tiles(std::mt19937& gen, int64_t rows, int64_t cols, int lo_shift,
+                                  int hi_shift) {
+  std::uniform_int_distribution<int> shift(lo_shift, hi_shift);
+  std::uniform_int_distribution<int64_t> at(0, kernels::kFp8Block - 1);
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += kernels::kFp8Block)
+    for (int64_t c0 = 0; c0 < cols; c0 += kernels::kFp8Block) {
+      const int s = shift(gen);
+      for (int64_t r = r0; r < r0 + kernels::kFp8Block; ++r)
+        for (int64_t c = c0; c < c0 + kernels::kFp8Block; ++c)
+          out[size_t(r * cols + c)] = std::ldexp(random_e4m3(gen), s);
+      out[size_t((r0 + at(gen)) * cols + c0 + at(gen))] = std::ldexp(gen() % 2 ? 448.f : -448.f, s);
+    }
+  return out;
+}
+
+// acc + x . w^T in float64 with x [M, K] first quantized as the FP8 kernels quantize their
+// blocks (fp8_rows.cuh: a row's 128 columns a group, in float, its scale amax / 448 or 1): w [N,
+// K], acc [M, N].
+Vec fp8_block_product(const Vec& acc, const Vec& x, const Vec& w, int64_t M, int64_t N, int64_t K) {
+  Vec xq(x.size());
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c0 = 0; c0 < K; c0 += kernels::kFp8Block) {
+      const int64_t c1 = std::min(K, c0 + kernels::kFp8Block);
+      float amax = 0.f;
+      for (int64_t c = c0; c < c1; ++c)
+        amax = std::max(amax, std::abs(float(x[size_t(r * K + c)])));
+      const float s = amax > 0.f ? amax / 448.f : 1.f, inv = 1.f / s;
+      for (int64_t c = c0; c < c1; ++c)
+        xq[size_t(r * K + c)] = double(float(__nv_fp8_e4m3(float(x[size_t(r * K + c)]) * inv))) * s;
+    }
+  Vec out(acc);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += xq[size_t(r * K + k)] * w[size_t(n * K + k)];
+      out[size_t(r * N + n)] += sum;
+    }
+  return out;
+}
+
+// The output projections on FP8 blocks: swiglu_into_product and z_gated_rmsnorm_into_product
+// write their output only as FP8 blocks, and the matmul_add that reads it runs on those and on
+// its weight's 128 x 128 tiles. The weight here is lossless per tile, so the only loss is the
+// input's quantization, which the reference repeats on the host from the bf16 path's output (the
+// same bf16 values the kernels quantize) before multiplying in float64. What remains is the
+// output's bf16 rounding (~1e-3 relative RMS) and a code the device's approximate division rounds
+// the other way (rare); a wrong block scale, row or layout moves outputs by their own order.
+constexpr double kTolFp8Blocks = 4e-3;
+
+class CudaFp8Blocks : public CudaFp8 {
+ protected:
+  // The projection's weight [N, K] (lossless tiles, its tile copy kept) and acc [M, N] twice.
+  struct Projection {
+    Pair::Buf w, acc, acc_start;
+  };
+  Projection projection(int64_t M, int64_t N, int64_t K) {
+    const int shift = int(std::floor(std::log2(1.0 / std::sqrt(double(K))))) - 8;
+    Projection pr{p().put(N, K, lossless_tiles(gen_, N, K, shift - 1, shift)), {}, {}};
+    p().gpu().quantize_output_weight(pr.w.gpu);
+    const std::vector<float> acc = random_floats(gen_, M * N, -1, 1);
+    pr.acc = p().put(M, N, acc);
+    pr.acc_start = p().put(M, N, acc);
+    return pr;
+  }
+  // acc after the FP8 product against the reference from the bf16 path's input x16 [M, K].
+  void check(const std::string& op, const Projection& pr, const Pair::Buf& x16, int64_t M,
+             int64_t K) {
+    const int64_t N = pr.w.gpu.rows;
+    expect_rms(op, p().got(pr.acc),
+               fp8_block_product(p().got(pr.acc_start), p().got(x16), p().got(pr.w), M, N, K),
+               kTolFp8Blocks, cat("M ", M, " N ", N, " K ", K));
+  }
+};
+
+TEST_P(CudaFp8Blocks, SwigluIntoTheDownProjection) {
+  for (const auto& [M, N, K, H] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{300, 3584, 1024, 1024},
+        {257, 256, 208, 256},
+        {13, 128, 64, 128}}) {
+    const double scale = 2.0 / std::sqrt(double(K));
+    auto x = activations(M, K);
+    auto wg = weight(N, K, scale), wu = weight(N, K, scale);
+    Projection down = projection(M, H, N);
+    auto act = p().poison(M, N), act16 = p().poison(M, N);
+    Ops& gpu = p().gpu();
+    EXPECT_EQ(ops_run(gpu,
+                      [&] {
+                        gpu.swiglu_into_product(x.gpu, wg.gpu, wu.gpu, act.gpu, down.w.gpu);
+                        gpu.matmul_add(act.gpu, down.w.gpu, down.acc.gpu);
+                      }),
+              (std::set<std::string>{"quantize_fp8", "swiglu", "matmul_add_fp8"}));
+    gpu.swiglu(x.gpu, wg.gpu, wu.gpu, act16.gpu);
+    check("swiglu_into_product + matmul_add", down, act16, M, N);
+  }
+}
+
+TEST_P(CudaFp8Blocks, ZGatedRmsnormIntoTheOutProjection) {
+  for (const auto& [M, heads, K, H] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{300, 16, 1024, 1024}, {130, 2, 208, 256}}) {
+    const int64_t D = 128, Vd = heads * D;
+    auto h = activations(M, K);
+    auto wz = weight(Vd, K, 3.0 / std::sqrt(double(K)));
+    auto o = p().put(M, Vd, random_floats(gen_, M * Vd, -2, 1));
+    auto w = p().put(1, D, random_floats(gen_, D, 0.5, 1.5));
+    Projection out_proj = projection(M, H, Vd);
+    auto out = p().poison(M, Vd), out16 = p().poison(M, Vd);
+    Ops& gpu = p().gpu();
+    EXPECT_EQ(ops_run(gpu,
+                      [&] {
+                        gpu.z_gated_rmsnorm_into_product(o.gpu, h.gpu, wz.gpu, w.gpu, out.gpu, 1e-6,
+                                                         out_proj.w.gpu);
+                        gpu.matmul_add(out.gpu, out_proj.w.gpu, out_proj.acc.gpu);
+                      }),
+              (std::set<std::string>{"quantize_fp8", "z_gated_rmsnorm", "matmul_add_fp8"}));
+    gpu.z_gated_rmsnorm(o.gpu, h.gpu, wz.gpu, w.gpu, out16.gpu, 1e-6);
+    check("z_gated_rmsnorm_into_product + matmul_add", out_proj, out16, M, Vd);
+  }
+}
+
+// A product weight without the tile copy: the producer writes bf16, and the product runs on it,
+// as swiglu then matmul_add do. Reading the FP8-only output with another weight is an error
+// that names it.
+TEST_P(CudaFp8Blocks, WithoutTheTileCopyTheOutputIsBf16AndAnotherWeightIsRefused) {
+  const int64_t M = 200, N = 256, K = 128, H = 128;
+  auto x = activations(M, K);
+  auto wg = weight(N, K, 0.1), wu = weight(N, K, 0.1);
+  const std::vector<float> wd_values = random_floats(gen_, H * N, -0.1, 0.1);
+  auto plain = p().put(H, N, wd_values), tiled = p().put(H, N, wd_values);
+  p().gpu().quantize_output_weight(tiled.gpu);
+  const std::vector<float> acc_values = random_floats(gen_, M * H, -1, 1);
+  auto acc = p().put(M, H, acc_values), acc16 = p().put(M, H, acc_values);
+  auto act = p().poison(M, N), act16 = p().poison(M, N);
+  Ops& gpu = p().gpu();
+  EXPECT_EQ(ops_run(gpu,
+                    [&] {
+                      gpu.swiglu_into_product(x.gpu, wg.gpu, wu.gpu, act.gpu, plain.gpu);
+                      gpu.matmul_add(act.gpu, plain.gpu, acc.gpu);
+                    }),
+            (std::set<std::string>{"quantize_fp8", "swiglu", "matmul_add"}));
+  gpu.swiglu(x.gpu, wg.gpu, wu.gpu, act16.gpu);
+  gpu.matmul_add(act16.gpu, plain.gpu, acc16.gpu);
+  expect_exact("swiglu_into_product without a tile copy", p().got(acc), p().got(acc16));
+
+  gpu.swiglu_into_product(x.gpu, wg.gpu, wu.gpu, act.gpu, tiled.gpu);
+  EXPECT_THROW(
+      {
+        try {
+          gpu.matmul_add(act.gpu, plain.gpu, acc.gpu);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("holds only the FP8 form"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Operands, CudaFp8Blocks, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Lossless" : "Random"; });
 
 // A trunk of 1,200 rows and short questions: row tiles cut across nodes and levels.
 std::vector<NodeSpec> trunk_and_questions() {

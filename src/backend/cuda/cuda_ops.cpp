@@ -116,6 +116,14 @@ void CudaOps::silu_mul(View gate, View up, View out) {
 // no pinned plan. With FP8 copies of both weights (fp8.cpp), x is quantized and the GEMM runs on
 // FP8 operands; so do the other fused products below.
 void CudaOps::swiglu(View x, View w_gate, View w_up, View out) {
+  swiglu_writing(x, w_gate, w_up, out, nullptr);
+}
+
+void CudaOps::swiglu_into_product(View x, View w_gate, View w_up, View out, View w_next) {
+  swiglu_writing(x, w_gate, w_up, out, &w_next);
+}
+
+void CudaOps::swiglu_writing(View x, View w_gate, View w_up, View out, const View* w_next) {
   FLIDE_CHECK(x.cols == w_gate.cols && w_up.rows == w_gate.rows && w_up.cols == w_gate.cols &&
                   out.rows == x.rows && out.cols == w_gate.rows,
               "cuda swiglu: x [", x.rows, ", ", x.cols, "] w_gate [", w_gate.rows, ", ",
@@ -133,8 +141,9 @@ void CudaOps::swiglu(View x, View w_gate, View w_up, View out) {
   const kernels::Fp8Rows gate8 = fp8_weight(w_gate), up8 = fp8_weight(w_up);
   if (gate8.data && up8.data) {
     const kernels::Fp8Rows x8 = quantized(x);
-    if (!op_begin_shaped({x, w_gate, w_up, out}, {1}, M, 2 * N, K)) return;
-    launched(kernels::swiglu_gemm_fp8(x8, gate8, up8, op, M, N, K, stream_), "swiglu");
+    const kernels::Fp8Blocks out8 = w_next ? product_input_fp8(out, *w_next) : kernels::Fp8Blocks{};
+    if (!op_begin_shaped({x, w_gate, w_up, out}, {1, out8.data != nullptr}, M, 2 * N, K)) return;
+    launched(kernels::swiglu_gemm_fp8(x8, gate8, up8, op, out8, M, N, K, stream_), "swiglu");
     return;
   }
   if (!op_begin_shaped({x, w_gate, w_up, out}, {}, M, 2 * N, K)) return;
@@ -432,6 +441,16 @@ void CudaOps::gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q,
 // One GEMM (kernels::z_gated_rmsnorm) where the kernel takes the shapes, else Ops' matmul and
 // gated_rmsnorm; the same bits either way. Batch-invariant by construction, like swiglu's.
 void CudaOps::z_gated_rmsnorm(View o, View h, View w_z, View w, View out, double eps) {
+  z_gated_writing(o, h, w_z, w, out, eps, nullptr);
+}
+
+void CudaOps::z_gated_rmsnorm_into_product(View o, View h, View w_z, View w, View out, double eps,
+                                           View w_next) {
+  z_gated_writing(o, h, w_z, w, out, eps, &w_next);
+}
+
+void CudaOps::z_gated_writing(View o, View h, View w_z, View w, View out, double eps,
+                              const View* w_next) {
   const int64_t M = h.rows, K = h.cols, Vd = w_z.rows, D = w.size();
   FLIDE_CHECK(w_z.cols == K && o.rows == M && out.rows == M && o.cols == Vd && out.cols == Vd &&
                   D > 0 && Vd % D == 0,
@@ -449,9 +468,11 @@ void CudaOps::z_gated_rmsnorm(View o, View h, View w_z, View w, View out, double
   if (M == 0) return;
   if (const kernels::Fp8Rows z8 = fp8_weight(w_z); z8.data) {
     const kernels::Fp8Rows h8 = quantized(h);
-    if (!op_begin_shaped({o, h, w_z, w, out}, {1}, M, Vd, K)) return;
-    launched(kernels::z_gated_rmsnorm_fp8(h8, z8, op, wp, outp, M, Vd, K, D, float(eps), stream_),
-             "z_gated_rmsnorm");
+    const kernels::Fp8Blocks out8 = w_next ? product_input_fp8(out, *w_next) : kernels::Fp8Blocks{};
+    if (!op_begin_shaped({o, h, w_z, w, out}, {1, out8.data != nullptr}, M, Vd, K)) return;
+    launched(
+        kernels::z_gated_rmsnorm_fp8(h8, z8, op, wp, outp, out8, M, Vd, K, D, float(eps), stream_),
+        "z_gated_rmsnorm");
     return;
   }
   if (!op_begin_shaped({o, h, w_z, w, out}, {}, M, Vd, K)) return;

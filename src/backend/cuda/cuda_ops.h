@@ -84,7 +84,8 @@ class CudaOps final : public Ops {
   void fill_zero(View dst) override;
   void set_stream(const Stream& stream) override;
   void synchronize() override;
-  void quantize_weight(View w) override;  // fp8.cpp
+  void quantize_weight(View w) override;         // fp8.cpp
+  void quantize_output_weight(View w) override;  // fp8.cpp
 
   bool asynchronous() const override { return true; }
   Readback download_async(View src) override;
@@ -100,6 +101,7 @@ class CudaOps final : public Ops {
   void matmul_add(View x, View w, View acc) override;
   void silu_mul(View gate, View up, View out) override;
   void swiglu(View x, View w_gate, View w_up, View out) override;
+  void swiglu_into_product(View x, View w_gate, View w_up, View out, View w_next) override;
   void sigmoid_mul(View x, View gate) override;
   void gather_rows(View x, View out) override;
 
@@ -121,6 +123,8 @@ class CudaOps final : public Ops {
   void gdn_qkv_conv(View x, View w_qkv, View w_conv, View window, View q, View k, View v, int dim_k,
                     double eps, int n_levels) override;
   void z_gated_rmsnorm(View o, View h, View w_z, View w, View out, double eps) override;
+  void z_gated_rmsnorm_into_product(View o, View h, View w_z, View w, View out, double eps,
+                                    View w_next) override;
   void gdn_conv(View x, View w, View window, View q, View k, View v, int dim_k, double eps,
                 int level) override;
   void gdn_gates(View ab, View A_log, View dt_bias, View g, View beta) override;
@@ -284,6 +288,30 @@ class CudaOps final : public Ops {
   NormFp8 norm_fp8_;
   void* norm_fp8_buf_ = nullptr;
   size_t norm_fp8_cap_ = 0;
+  // The FP8 output projections (fp8.cpp, gemm.cpp). quantize_output_weight keeps each named
+  // weight's e4m3 copy with a scale per 128 x 128 tile (kernels::quantize_tiles_fp8), keyed as
+  // fp8_weights_. swiglu_into_product and z_gated_rmsnorm_into_product, where their FP8 kernels
+  // run and w_next has that copy, write their output as kernels::Fp8Blocks into scratch
+  // (product_input_fp8) and not in bf16; the matmul_add that reads the output then runs on the
+  // two FP8 forms (cuBLASLt's VEC128_32F x BLK128x128_32F block scales, fp32 accumulation).
+  struct Fp8Tiles {
+    const uint8_t* data = nullptr;
+    const float* scale = nullptr;  // [rows / 128, cols / 128]
+  };
+  std::map<const void*, Fp8Tiles> fp8_output_weights_;
+  struct ProductFp8 {
+    const void* of = nullptr;  // the producer's out, whose bf16 was not written
+    int64_t rows = 0, cols = 0;
+    const void* w_next = nullptr;
+    kernels::Fp8Blocks form;
+  };
+  ProductFp8 product_fp8_;  // cleared by set_stream and reset_scratch
+  // out's FP8 form for matmul_add(out, w_next, ...), in scratch, or {} (w_next has no copy, or
+  // cuBLASLt no algorithm for the shape: the producer writes bf16).
+  kernels::Fp8Blocks product_input_fp8(View out, View w_next);
+  // swiglu and swiglu_into_product (w_next: nullptr for the former).
+  void swiglu_writing(View x, View w_gate, View w_up, View out, const View* w_next);
+  void z_gated_writing(View o, View h, View w_z, View w, View out, double eps, const View* w_next);
   cudaStream_t stream_ = nullptr;
   bool sync_check_ = false;
   bool profiling_ = false;
@@ -350,11 +378,18 @@ class CudaOps final : public Ops {
     cublasLtMatmulAlgo_t algo{};
     bool gemm_ex = false;  // the cublasGemmEx fallback
   };
-  // (M, N, K, out dtype, alignment of x, w, out in bytes)
-  using GemmKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int>;
+  // The operands' form: bf16, or FP8 with block scales (product_fp8_'s x, fp8_output_weights_'s w).
+  enum class GemmOperands : uint8_t { GemmOperands_bf16, GemmOperands_fp8_blocks };
+  // (M, N, K, out dtype, operands, alignment of x, w, out in bytes)
+  using GemmKey = std::tuple<int64_t, int64_t, int64_t, int, GemmOperands, int, int, int>;
   const GemmPlan& gemm_plan(const GemmKey& key);
+  // The key of acc[M, N] += x[M, K] . w[N, K]^T on FP8 blocks: the forms sit in the arenas
+  // (256-byte aligned), acc is asked to be 16-byte aligned.
+  static GemmKey fp8_blocks_key(int64_t M, int64_t N, int64_t K);
   // matmul (out = x . w^T) or, accumulating, matmul_add (out += x . w^T).
   void gemm(View x, View w, View out, bool accumulate);
+  // matmul_add on product_fp8_ (x's form) and w's fp8_output_weights_ copy.
+  void gemm_fp8_blocks(View x, View w, View acc);
   static void destroy_plan(GemmPlan& plan) noexcept;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;  // the fallback's handle

@@ -2,7 +2,10 @@
 // once at load (quantize_weight), their activations each round, in the norm that makes them
 // (rmsnorm_into_products) or on their own (quantized). All of them as
 // kernels::quantize_rows_fp8 quantizes: a scale per row, the row's largest magnitude mapped to
-// e4m3's 448.
+// e4m3's 448. And the output projections' (the MLP's down, the GDN layer's out): their weights
+// with a scale per 128 x 128 tile (quantize_output_weight), their inputs with a scale per row and
+// 128 columns, written by the fused kernel that makes them (product_input_fp8), for cuBLASLt's
+// block-scaled FP8 GEMM (gemm.cpp).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_ops.h"
@@ -26,6 +29,41 @@ void CudaOps::quantize_weight(View w) {
              "quantize_weight");
   fp8_weights_[w.data] = {static_cast<const uint8_t*>(data.data),
                           static_cast<const float*>(scale.data)};
+}
+
+// A weight whose sides are not whole 128 x 128 tiles keeps no copy: its product reads bf16.
+void CudaOps::quantize_output_weight(View w) {
+  if (quantization_ != Quantization::Quantization_fp8) return;
+  FLIDE_CHECK(w.dtype == DType::DType_bf16, "cuda quantize_output_weight: the weight is ",
+              dtype_name(w.dtype), ", must be bf16");
+  if (w.size() == 0 || w.rows % kernels::kFp8Block != 0 || w.cols % kernels::kFp8Block != 0 ||
+      fp8_output_weights_.count(w.data))
+    return;
+  const int64_t tiles = (w.rows / kernels::kFp8Block) * (w.cols / kernels::kFp8Block);
+  const View data = alloc(w.rows, w.cols / 2), scale = alloc(tiles, 2);  // bf16 elements, as above
+  cuda_check(kernels::quantize_tiles_fp8(static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols,
+                                         static_cast<uint8_t*>(data.data),
+                                         static_cast<float*>(scale.data), stream_),
+             "quantize_output_weight");
+  fp8_output_weights_[w.data] = {static_cast<const uint8_t*>(data.data),
+                                 static_cast<const float*>(scale.data)};
+}
+
+kernels::Fp8Blocks CudaOps::product_input_fp8(View out, View w_next) {
+  product_fp8_ = {};
+  if (!fp8_output_weights_.count(w_next.data) || w_next.cols != out.cols || out.rows == 0 ||
+      out.dtype != DType::DType_bf16 ||
+      gemm_plan(fp8_blocks_key(out.rows, w_next.rows, out.cols)).gemm_ex)
+    return {};
+  const View data = scratch(out.rows, out.cols / 2);  // bf16 elements: rows x cols bytes
+  const View scale =
+      scratch_f32(out.cols / kernels::kFp8Block, kernels::fp8_block_scale_ld(out.rows));
+  product_fp8_ = {out.data,
+                  out.rows,
+                  out.cols,
+                  w_next.data,
+                  {static_cast<uint8_t*>(data.data), static_cast<float*>(scale.data)}};
+  return product_fp8_.form;
 }
 
 kernels::Fp8Rows CudaOps::fp8_weight(View w) const {

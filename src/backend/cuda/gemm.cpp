@@ -24,13 +24,23 @@
 // once, however many row counts under it a server's rounds bring.
 // CudaGemmInvariance.RowsIgnoreTheRowCount checks the claim on every GEMM shape of the models.
 //
+// FP8 blocks (--quantization fp8, fp8.cpp): matmul_add whose x its producer wrote only as
+// kernels::Fp8Blocks (swiglu_into_product, z_gated_rmsnorm_into_product) runs on that form and on
+// w's copy with a scale per 128 x 128 tile: cuBLASLt's VEC128_32F scales for B = x and
+// BLK128x128_32F for A = w, fp32 accumulation, the same C = D = acc in place. Its plans are keyed
+// apart (GemmOperands), pinned alike in batch-invariant mode, and have no cublasGemmEx fallback:
+// a shape the heuristic refuses makes the producer write bf16 instead (product_input_fp8 asks
+// first). The scale pointers are descriptor attributes, set before each call. On an H100, alone
+// at full clock, such a product took 0.63-0.66 of the bf16 one's time on the down and out
+// projections of a QuALITY round (M 30,720-61,440, N 1,024, K 2,048-3,584).
+//
 // The descriptors, layouts and the heuristic's first algorithm are cached per (M, N, K, out
-// dtype, pointer alignments), for the kGemmPlans most recently used keys: the heuristic call
-// costs tens of microseconds, and the forward repeats a handful of shapes a round. The alignments
-// are part of the key because cuBLASLt's heuristic assumes 256-byte aligned pointers unless told
-// otherwise. Where the heuristic offers nothing (older cuBLASLt releases refused some degenerate
-// shapes, e.g. a dimension of 1), the shape runs through cublasGemmEx with the same operands and
-// compute type.
+// dtype, operands, pointer alignments), for the kGemmPlans most recently used keys: the heuristic
+// call costs tens of microseconds, and the forward repeats a handful of shapes a round. The
+// alignments are part of the key because cuBLASLt's heuristic assumes 256-byte aligned pointers
+// unless told otherwise. Where the heuristic offers nothing (older cuBLASLt releases refused some
+// degenerate shapes, e.g. a dimension of 1), the shape runs through cublasGemmEx with the same
+// operands and compute type.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -54,6 +64,16 @@ void lt_check(cublasStatus_t st, const char* what) {
     throw Error(cat("cuda backend: matmul: ", what, ": ", cublasLtGetStatusString(st)));
 }
 
+// An FP8 plan's scales: w's (A) and x's (B). cuBLASLt reads them when a GEMM is enqueued (below).
+void set_scales(cublasLtMatmulDesc_t desc, const void* w_scale, const void* x_scale) {
+  lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
+                                          sizeof w_scale),
+           "A scale");
+  lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                          sizeof x_scale),
+           "B scale");
+}
+
 }  // namespace
 
 void CudaOps::destroy_plan(GemmPlan& p) noexcept {
@@ -70,8 +90,10 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
     gemm_lru_.splice(gemm_lru_.begin(), gemm_lru_, found->second);
     return found->second->second;
   }
-  const auto [M, N, K, out_type, align_x, align_w, align_out] = key;
+  const auto [M, N, K, out_type, operands, align_x, align_w, align_out] = key;
+  const bool fp8 = operands == GemmOperands::GemmOperands_fp8_blocks;
   const cudaDataType_t c_type = DType(out_type) == DType::DType_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t ab_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   GemmPlan p;
   cublasLtMatmulPreference_t pref = nullptr;
   try {
@@ -83,8 +105,20 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
     lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
                                             sizeof trans_b),
              "transb");
-    lt_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(K), uint64_t(N), K), "A");
-    lt_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(K), uint64_t(M), K), "B");
+    if (fp8) {  // A = w: a scale per 128 x 128 tile; B = x: per column and 128 rows of K
+      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                              sizeof a_mode),
+               "A scale mode");
+      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                              sizeof b_mode),
+               "B scale mode");
+      // The heuristic sees device pointers where the scales go; each call sets its own.
+      set_scales(p.desc, gemm_workspace_, gemm_workspace_);
+    }
+    lt_check(cublasLtMatrixLayoutCreate(&p.a, ab_type, uint64_t(K), uint64_t(N), K), "A");
+    lt_check(cublasLtMatrixLayoutCreate(&p.b, ab_type, uint64_t(K), uint64_t(M), K), "B");
     lt_check(cublasLtMatrixLayoutCreate(&p.c, c_type, uint64_t(N), uint64_t(M), N), "C");
 
     lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -107,7 +141,7 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (batch_invariant_ && M < kGemmPinRows) {  // the kGemmPinRows plan's algorithm, if it fits
       const GemmPlan& pinned =
-          gemm_plan({kGemmPinRows, N, K, out_type, align_x, align_w, align_out});
+          gemm_plan({kGemmPinRows, N, K, out_type, operands, align_x, align_w, align_out});
       cublasLtMatmulHeuristicResult_t check{};
       if (!pinned.gemm_ex &&
           cublasLtMatmulAlgoCheck(lt_, p.desc, p.a, p.b, p.c, p.c, &pinned.algo, &check) ==
@@ -125,8 +159,8 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
     if (st == CUBLAS_STATUS_SUCCESS && n_results > 0) {
       p.algo = result.algo;
     } else {
-      p.gemm_ex = true;
-      if (!blas_) {
+      p.gemm_ex = true;  // FP8 operands have no fallback: product_input_fp8 writes bf16 instead
+      if (!fp8 && !blas_) {
         const cublasStatus_t bst = cublasCreate(&blas_);
         if (bst != CUBLAS_STATUS_SUCCESS)
           throw Error(cat("cuda backend: matmul: cuBLASLt has no algorithm for x [", M, ", ", K,
@@ -160,7 +194,39 @@ void CudaOps::matmul(View x, View w, View out) {
 }
 
 void CudaOps::matmul_add(View x, View w, View acc) {
+  if (product_fp8_.of && product_fp8_.of == x.data) return gemm_fp8_blocks(x, w, acc);
   gemm(x, w, acc, true);
+}
+
+CudaOps::GemmKey CudaOps::fp8_blocks_key(int64_t M, int64_t N, int64_t K) {
+  return {M, N, K, int(DType::DType_bf16), GemmOperands::GemmOperands_fp8_blocks, 256, 256, 16};
+}
+
+void CudaOps::gemm_fp8_blocks(View x, View w, View acc) {
+  const ProductFp8 in = product_fp8_;
+  product_fp8_ = {};  // read once
+  FLIDE_CHECK(in.rows == x.rows && in.cols == x.cols && in.w_next == w.data, "cuda matmul_add: x [",
+              x.rows, ", ", x.cols,
+              "] holds only the FP8 form its producer wrote for another product (x [", in.rows,
+              ", ", in.cols, "] . its w_next)");
+  FLIDE_CHECK(acc.dtype == DType::DType_bf16 && acc.rows == x.rows && acc.cols == w.rows &&
+                  alignment_of(acc.data) >= 16,
+              "cuda matmul_add on FP8 blocks: acc [", acc.rows, ", ", acc.cols, "] ",
+              dtype_name(acc.dtype), " (must be bf16 [", x.rows, ", ", w.rows,
+              "], 16-byte aligned)");
+  const Fp8Tiles w8 = fp8_output_weights_.at(w.data);
+  const int64_t M = x.rows, N = w.rows, K = x.cols;
+  const GemmPlan& p = gemm_plan(fp8_blocks_key(M, N, K));
+  const float alpha = 1.0f, beta = 1.0f;  // in place, as matmul_add
+  if (!op_begin_shaped({x, w, acc}, {1}, M, N, K)) return;
+  set_scales(p.desc, w8.scale, in.form.scale);
+  const cublasStatus_t st =
+      cublasLtMatmul(lt_, p.desc, &alpha, w8.data, p.a, in.form.data, p.b, &beta, acc.data, p.c,
+                     acc.data, p.c, &p.algo, gemm_workspace_, kGemmWorkspaceBytes, stream_);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw Error(cat("cuda backend: matmul_add x [", M, ", ", K, "] . w [", N, ", ", K,
+                    "]^T on FP8 blocks: cublasLtMatmul: ", cublasLtGetStatusString(st)));
+  launched(cudaSuccess, "matmul_add_fp8");
 }
 
 void CudaOps::gemm(View x, View w, View out, bool accumulate) {
@@ -173,11 +239,19 @@ void CudaOps::gemm(View x, View w, View out, bool accumulate) {
   FLIDE_CHECK(x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "cuda ", op, ": x [",
               x.rows, ", ", x.cols, "] w [", w.rows, ", ", w.cols, "] ", out_name, " [", out.rows,
               ", ", out.cols, "]");
+  FLIDE_CHECK(!product_fp8_.of || product_fp8_.of != x.data, "cuda ", op, ": x [", x.rows, ", ",
+              x.cols, "] holds only the FP8 form its producer wrote for matmul_add");
   const int64_t M = x.rows, N = w.rows, K = x.cols;
   if (M == 0 || N == 0 || (K == 0 && accumulate)) return;
   if (K == 0) return fill_zero(out);
-  const GemmKey key{
-      M, N, K, int(out.dtype), alignment_of(x.data), alignment_of(w.data), alignment_of(out.data)};
+  const GemmKey key{M,
+                    N,
+                    K,
+                    int(out.dtype),
+                    GemmOperands::GemmOperands_bf16,
+                    alignment_of(x.data),
+                    alignment_of(w.data),
+                    alignment_of(out.data)};
   const GemmPlan& p = gemm_plan(key);
   // beta = 1 reads C = out before the sum is rounded to it (D = out too: in place).
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

@@ -222,6 +222,7 @@ void CudaOps::grow(void*& buffer, size_t& cap, size_t need, const char* op) {
 
 void CudaOps::reset_scratch() {
   norm_fp8_ = {};
+  product_fp8_ = {};
   if (scratch_.blocks.size() > 1) {  // merge, so that the next round fits in one block
     cuda_check(cudaStreamSynchronize(stream_), "reset_scratch (an earlier op failed)");
     const size_t total = scratch_.total;

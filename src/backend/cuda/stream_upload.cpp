@@ -29,6 +29,7 @@ void CudaOps::set_stream(const Stream& s) {
   have_stream_ = false;  // until this round's metadata is in place
   graph_abandon();       // a capture left open by a round that failed
   norm_fp8_ = {};        // no norm of this round has written its FP8 form yet
+  product_fp8_ = {};     // nor any product's input
   validate_stream(s);
   const int32_t T = s.n_tokens(), N = int32_t(s.nodes.size()), L = s.n_levels();
   const int32_t R = int32_t(s.out_rows.size()), M = int32_t(s.select_ids.size());
