@@ -285,5 +285,53 @@ TEST_F(CudaSwigluInvariance, RowsIgnoreTheRowCountAndTheirPlace) {
   }
 }
 
+// Under --quantization fp8 the down and out projections read their input as FP8 blocks, written
+// by the fused kernel that makes it (Ops::swiglu_into_product here), through cuBLASLt's
+// block-scaled plans, pinned as the bf16 ones are: a row's bits may not depend on the row count
+// either. (N, K): the projection's, for the 0.8B and 4B models; the SwiGLU's input is 1,024 wide.
+class CudaFp8BlocksInvariance : public CudaTestWithParam<GemmNK> {};
+
+TEST_P(CudaFp8BlocksInvariance, RowsIgnoreTheRowCount) {
+  const auto [N, K] = GetParam();
+  constexpr int64_t kIn = 1024, kMax = 25040, kFirst = 18;
+  const int64_t counts[] = {1, kFirst, 144, 2047, CudaOps::kGemmPinRows, 3001, 6325};
+  std::mt19937 gen{uint32_t(N * 5 + K)};
+  std::unique_ptr<Ops> ops =
+      make_cuda_ops(0, /*batch_invariant=*/true, Quantization::Quantization_fp8);
+  const View x = ops->alloc(kMax, kIn), wg = ops->alloc(K, kIn), wu = ops->alloc(K, kIn),
+             w = ops->alloc(N, K), act = ops->alloc(kMax, K), out = ops->alloc(kMax, N);
+  ops->upload(x, rounded_bf16(random_floats(gen, kMax * kIn, -1, 1)).data());
+  for (const View& wi : {wg, wu})
+    ops->upload(wi, rounded_bf16(random_floats(gen, K * kIn, -0.06, 0.06)).data());
+  ops->upload(w, rounded_bf16(random_floats(gen, N * K, -0.05, 0.05)).data());
+  ops->quantize_weight(wg);
+  ops->quantize_weight(wu);
+  ops->quantize_output_weight(w);
+  const std::vector<float> acc = rounded_bf16(random_floats(gen, kMax * N, -2, 2));
+  auto first_rows = [&](int64_t M) {
+    ops->upload(out, acc.data());
+    ops->swiglu_into_product(x.first_rows(M), wg, wu, act.first_rows(M), w);
+    ops->matmul_add(act.first_rows(M), w, out.first_rows(M));
+    Vec got(size_t(std::min(M, kFirst) * N));
+    ops->download(out.first_rows(std::min(M, kFirst)), got.data());
+    return got;
+  };
+  const Vec all = first_rows(kMax);
+  ASSERT_TRUE(all_finite(all));
+  ASSERT_NE(all, Vec(acc.begin(), acc.begin() + kFirst * N)) << "the product added nothing";
+  for (const int64_t M : counts) {
+    const Vec got = first_rows(M);
+    expect_exact(cat("matmul_add on FP8 blocks N ", N, " K ", K), got,
+                 Vec(all.begin(), all.begin() + int64_t(got.size())),
+                 cat(M, " rows against ", kMax));
+  }
+}
+
+constexpr GemmNK kFp8BlockGemms[] = {{1024, 3584}, {1024, 2048}, {2560, 9216}, {2560, 4096}};
+INSTANTIATE_TEST_SUITE_P(ModelShapes, CudaFp8BlocksInvariance, ::testing::ValuesIn(kFp8BlockGemms),
+                         [](const auto& info) {
+                           return cat("N", info.param.N, "_K", info.param.K);
+                         });
+
 }  // namespace
 }  // namespace flide::test
