@@ -25,20 +25,30 @@ struct Fp8Rows {
   const uint8_t* data = nullptr;
   const float* scale = nullptr;
 };
-// An FP8 e4m3 matrix [rows, K] with a float scale a row and 128-column block, in the layout
-// cuBLASLt's VEC128_32F scales take: element (r, c) stands for
-// scale[(c / 128) * fp8_block_scale_ld(rows) + r] * e4m3(data[r K + c]). What swiglu_gemm_fp8 and
-// z_gated_rmsnorm_fp8 write for the products that read their output (the output projections,
-// CudaOps::matmul_add), each block quantized as a group (fp8_rows.cuh).
+// An FP8 e4m3 matrix [rows, K] with a float scale a row and 128-column block, for cuBLASLt's
+// block-scaled GEMM (VEC128_32F scales): element (r, c) stands for
+// scale[fp8_block_scale_at(r, c / 128, rows, K / 128)] * e4m3(data[r K + c]). What
+// swiglu_gemm_fp8 and z_gated_rmsnorm_fp8 write for the products that read their output (the
+// output projections, CudaOps::matmul_add), each block quantized as a group (fp8_rows.cuh).
 struct Fp8Blocks {
   uint8_t* data = nullptr;
   float* scale = nullptr;
 };
 constexpr int kFp8Block = 128;
-// The distance between two blocks' scales, in floats (cuBLASLt reads them at a row count's
-// stride).
-__host__ __device__ constexpr int64_t fp8_block_scale_ld(int64_t rows) {
-  return rows;
+// cuBLASLt reads a block-scaled operand's scales block by block at a stride of its row count,
+// and takes only row counts that are multiples of 4. So the first rows / 4 * 4 rows are one such
+// operand, their scales [blocks][rows / 4 * 4], and the last 1-3 rows, if any, another of 4
+// rows, their scales [blocks][4] after those (the product runs on each in turn, CudaOps). Where
+// row r's scale of block b sits; a tensor of `rows` rows holds fp8_block_rows(rows) rows of data
+// and blocks x fp8_block_rows(rows) scales (a tail operand's rows past the last are read, and
+// their products dropped).
+__host__ __device__ constexpr int64_t fp8_block_rows(int64_t rows) {
+  return (rows + 3) / 4 * 4;
+}
+__host__ __device__ constexpr int64_t fp8_block_scale_at(int64_t r, int64_t b, int64_t rows,
+                                                         int64_t blocks) {
+  const int64_t body = rows / 4 * 4;
+  return r < body ? b * body + r : blocks * body + b * 4 + (r - body);
 }
 // w [rows, cols] bf16 to q [rows, cols] e4m3 and scale [rows / 128, cols / 128] (row-major), a
 // 128 x 128 tile a group (fp8_rows.cuh): the weights of the products that read Fp8Blocks, as

@@ -76,7 +76,6 @@ __device__ __forceinline__ void swiglu_epilogue_fp8(const Smem& sm, const Fp8Blo
   constexpr int kUnitsPerRow = kTileN / 8, kRowsPerPass = kEpilogueThreads / kUnitsPerRow;
   static_assert(kTileN == kFp8Block && kTileM % 2 == 0 && kRowsPerPass % 2 == 0);
   const int unit = e % kUnitsPerRow;
-  float* scale = out8.scale + (n0 / kFp8Block) * fp8_block_scale_ld(M);
   bar_wait(sm.staged_full, parity);
   for (int i = e / kUnitsPerRow; i < kTileM; i += kRowsPerPass) {
     const uint32_t g_at = wgmma::swizzled(sm.staged, kTileM, i, 8 * unit), u_at = g_at + kOutBytes;
@@ -97,7 +96,7 @@ __device__ __forceinline__ void swiglu_epilogue_fp8(const Smem& sm, const Fp8Blo
     const int m = m0 + i;
     if (m < M) {
       detail::store_e4m3x8(out8.data + int64_t(m) * N + n0 + 8 * unit, y, 1.f / s);
-      if (unit == 0) scale[m] = s;
+      if (unit == 0) out8.scale[fp8_block_scale_at(m, n0 / kFp8Block, M, N / kFp8Block)] = s;
     }
   }
   sm.release_staged(e);

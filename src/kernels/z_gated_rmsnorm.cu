@@ -59,7 +59,7 @@ __device__ __forceinline__ void store_block_row(const NormArgs& a, int m, int64_
   }
   const float s = detail::fp8_row_scale<kLanesPerHead>(amax);
   detail::store_e4m3x8(a.out8.data + m * int64_t(a.Vd) + c, y, 1.f / s);
-  if (col == 0) a.out8.scale[c / kFp8Block * fp8_block_scale_ld(a.M) + m] = s;
+  if (col == 0) a.out8.scale[fp8_block_scale_at(m, c / kFp8Block, a.M, a.Vd / kFp8Block)] = s;
 }
 
 // kRows rows from tile row i (stream row m) on: o_in their o, their z staged at `staged`, the

@@ -52,15 +52,18 @@ void CudaOps::quantize_output_weight(View w) {
 kernels::Fp8Blocks CudaOps::product_input_fp8(View out, View w_next) {
   product_fp8_ = {};
   if (!fp8_output_weights_.count(w_next.data) || w_next.cols != out.cols || out.rows == 0 ||
-      out.dtype != DType::DType_bf16 ||
-      gemm_plan(fp8_blocks_key(out.rows, w_next.rows, out.cols)).gemm_ex)
+      out.dtype != DType::DType_bf16)
     return {};
-  const View data = scratch(out.rows, out.cols / 2);  // bf16 elements: rows x cols bytes
-  const View scale =
-      scratch_f32(out.cols / kernels::kFp8Block, kernels::fp8_block_scale_ld(out.rows));
+  const int64_t M = out.rows, N = w_next.rows, K = out.cols, body = M / 4 * 4;
+  if ((body > 0 && gemm_plan(fp8_blocks_key(body, N, K)).gemm_ex) ||
+      (body < M && gemm_plan(fp8_blocks_key(4, N, K)).gemm_ex))
+    return {};
+  const int64_t rows = kernels::fp8_block_rows(M);
+  const View data = scratch(rows, K / 2);  // bf16 elements: rows x K bytes
+  const View scale = scratch_f32(K / kernels::kFp8Block, rows);
   product_fp8_ = {out.data,
-                  out.rows,
-                  out.cols,
+                  M,
+                  K,
                   w_next.data,
                   {static_cast<uint8_t*>(data.data), static_cast<float*>(scale.data)}};
   return product_fp8_.form;

@@ -30,7 +30,10 @@
 // BLK128x128_32F for A = w, fp32 accumulation, the same C = D = acc in place. Its plans are keyed
 // apart (GemmOperands), pinned alike in batch-invariant mode, and have no cublasGemmEx fallback:
 // a shape the heuristic refuses makes the producer write bf16 instead (product_input_fp8 asks
-// first). The scale pointers are descriptor attributes, set before each call. On an H100, alone
+// first). The scale pointers are descriptor attributes, set before each call. cuBLASLt takes
+// such products only for row counts that are multiples of 4: the last 1-3 rows of another count
+// run as a product of 4 rows of their own (kernels::fp8_block_scale_at), on a copy of their
+// accumulator rows in scratch. On an H100, alone
 // at full clock, such a product took 0.63-0.66 of the bf16 one's time on the down and out
 // projections of a QuALITY round (M 30,720-61,440, N 1,024, K 2,048-3,584).
 //
@@ -202,6 +205,8 @@ CudaOps::GemmKey CudaOps::fp8_blocks_key(int64_t M, int64_t N, int64_t K) {
   return {M, N, K, int(DType::DType_bf16), GemmOperands::GemmOperands_fp8_blocks, 256, 256, 16};
 }
 
+// The rows in two products where M is not a multiple of 4 (kernels::fp8_block_scale_at): the
+// body's in place, and the 1-3 tail rows' through a 4-row copy of them in scratch.
 void CudaOps::gemm_fp8_blocks(View x, View w, View acc) {
   const ProductFp8 in = product_fp8_;
   product_fp8_ = {};  // read once
@@ -215,17 +220,33 @@ void CudaOps::gemm_fp8_blocks(View x, View w, View acc) {
               dtype_name(acc.dtype), " (must be bf16 [", x.rows, ", ", w.rows,
               "], 16-byte aligned)");
   const Fp8Tiles w8 = fp8_output_weights_.at(w.data);
-  const int64_t M = x.rows, N = w.rows, K = x.cols;
-  const GemmPlan& p = gemm_plan(fp8_blocks_key(M, N, K));
-  const float alpha = 1.0f, beta = 1.0f;  // in place, as matmul_add
+  const int64_t M = x.rows, N = w.rows, K = x.cols, body = M / 4 * 4, tail = M - body;
+  const View tail_acc = tail > 0 ? scratch(4, N) : View{};
   if (!op_begin_shaped({x, w, acc}, {1}, M, N, K)) return;
-  set_scales(p.desc, w8.scale, in.form.scale);
-  const cublasStatus_t st =
-      cublasLtMatmul(lt_, p.desc, &alpha, w8.data, p.a, in.form.data, p.b, &beta, acc.data, p.c,
-                     acc.data, p.c, &p.algo, gemm_workspace_, kGemmWorkspaceBytes, stream_);
-  if (st != CUBLAS_STATUS_SUCCESS)
-    throw Error(cat("cuda backend: matmul_add x [", M, ", ", K, "] . w [", N, ", ", K,
-                    "]^T on FP8 blocks: cublasLtMatmul: ", cublasLtGetStatusString(st)));
+  const auto product = [&](int64_t rows, const uint8_t* x_rows, const float* x_scales, void* out) {
+    const GemmPlan& p = gemm_plan(fp8_blocks_key(rows, N, K));
+    set_scales(p.desc, w8.scale, x_scales);
+    const float alpha = 1.0f, beta = 1.0f;  // in place, as matmul_add
+    const cublasStatus_t st =
+        cublasLtMatmul(lt_, p.desc, &alpha, w8.data, p.a, x_rows, p.b, &beta, out, p.c, out, p.c,
+                       &p.algo, gemm_workspace_, kGemmWorkspaceBytes, stream_);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw Error(cat("cuda backend: matmul_add x [", rows, ", ", K, "] . w [", N, ", ", K,
+                      "]^T on FP8 blocks: cublasLtMatmul: ", cublasLtGetStatusString(st)));
+  };
+  if (body > 0) product(body, in.form.data, in.form.scale, acc.data);
+  if (tail > 0) {
+    const size_t row_bytes = size_t(N) * sizeof(__nv_bfloat16);
+    char* acc_tail = static_cast<char*>(acc.data) + size_t(body) * row_bytes;
+    cuda_check(cudaMemcpyAsync(tail_acc.data, acc_tail, size_t(tail) * row_bytes,
+                               cudaMemcpyDeviceToDevice, stream_),
+               "matmul_add_fp8 (tail rows in)");
+    product(4, in.form.data + body * K, in.form.scale + (K / kernels::kFp8Block) * body,
+            tail_acc.data);
+    cuda_check(cudaMemcpyAsync(acc_tail, tail_acc.data, size_t(tail) * row_bytes,
+                               cudaMemcpyDeviceToDevice, stream_),
+               "matmul_add_fp8 (tail rows out)");
+  }
   launched(cudaSuccess, "matmul_add_fp8");
 }
 
