@@ -50,10 +50,14 @@ __host__ __device__ constexpr int64_t fp8_block_scale_at(int64_t r, int64_t b, i
   const int64_t body = rows / 4 * 4;
   return r < body ? b * body + r : blocks * body + b * 4 + (r - body);
 }
-// w [rows, cols] bf16 to q [rows, cols] e4m3 and scale [rows / 128, cols / 128] (row-major), a
-// 128 x 128 tile a group (fp8_rows.cuh): the weights of the products that read Fp8Blocks, as
-// cuBLASLt's BLK128x128_32F scales take them. rows and cols multiples of 128, w 16-byte and q
-// 8-byte aligned.
+// w [rows, cols] bf16 to q [rows, cols] e4m3 and scale [rows / 128, fp8_tile_scale_ld(cols)]
+// (row-major), a 128 x 128 tile a group (fp8_rows.cuh): the weights of the products that read
+// Fp8Blocks, as cuBLASLt's BLK128x128_32F scales take them, whose rows it reads 16-byte aligned
+// (with 2 tiles a row, it read the second row's from the fourth float). rows and cols multiples
+// of 128, w 16-byte and q 8-byte aligned.
+__host__ __device__ constexpr int64_t fp8_tile_scale_ld(int64_t cols) {
+  return (cols / kFp8Block + 3) / 4 * 4;
+}
 cudaError_t quantize_tiles_fp8(const bf16* w, int64_t rows, int64_t cols, uint8_t* q, float* scale,
                                cudaStream_t stream);
 // x [rows, cols] bf16 to q [rows, cols] e4m3 and scale [rows] (quantize_fp8.cu): each row's

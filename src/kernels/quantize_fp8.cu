@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
   for (int i = 0; i < kTileThreads / 32; ++i) amax = fmaxf(amax, warp_max[i]);
   const float s = detail::fp8_scale(amax), inv = 1.f / s;
-  if (t == 0) scale[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  if (t == 0) scale[int64_t(blockIdx.y) * fp8_tile_scale_ld(cols) + blockIdx.x] = s;
   for (int c = 0; c < kFp8Block / 2; c += 8) {
     float f[8];
     detail::load8(src + c, 8, true, f);

@@ -39,8 +39,8 @@ void CudaOps::quantize_output_weight(View w) {
   if (w.size() == 0 || w.rows % kernels::kFp8Block != 0 || w.cols % kernels::kFp8Block != 0 ||
       fp8_output_weights_.count(w.data))
     return;
-  const int64_t tiles = (w.rows / kernels::kFp8Block) * (w.cols / kernels::kFp8Block);
-  const View data = alloc(w.rows, w.cols / 2), scale = alloc(tiles, 2);  // bf16 elements, as above
+  const int64_t scales = (w.rows / kernels::kFp8Block) * kernels::fp8_tile_scale_ld(w.cols);
+  const View data = alloc(w.rows, w.cols / 2), scale = alloc(scales, 2);  // bf16 elements, as above
   cuda_check(kernels::quantize_tiles_fp8(static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols,
                                          static_cast<uint8_t*>(data.data),
                                          static_cast<float*>(scale.data), stream_),
