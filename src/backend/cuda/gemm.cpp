@@ -67,14 +67,16 @@ void lt_check(cublasStatus_t st, const char* what) {
     throw Error(cat("cuda backend: matmul: ", what, ": ", cublasLtGetStatusString(st)));
 }
 
+template <class T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const T& value, const char* what) {
+  lt_check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value), what);
+}
+
 // An FP8 plan's scales: w's (A) and x's (B). cuBLASLt reads them when a GEMM is enqueued (below).
 void set_scales(cublasLtMatmulDesc_t desc, const void* w_scale, const void* x_scale) {
-  lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
-                                          sizeof w_scale),
-           "A scale");
-  lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
-                                          sizeof x_scale),
-           "B scale");
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scale, "A scale");
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scale, "B scale");
 }
 
 }  // namespace
@@ -101,22 +103,13 @@ const CudaOps::GemmPlan& CudaOps::gemm_plan(const GemmKey& key) {
   cublasLtMatmulPreference_t pref = nullptr;
   try {
     lt_check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
-                                            sizeof trans_a),
-             "transa");
-    lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
-                                            sizeof trans_b),
-             "transb");
+    set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "transa");
+    set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "transb");
     if (fp8) {  // A = w: a scale per 128 x 128 tile; B = x: per column and 128 rows of K
-      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-      const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                              sizeof a_mode),
-               "A scale mode");
-      lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                              sizeof b_mode),
-               "B scale mode");
+      set_attribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                    int32_t(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F), "A scale mode");
+      set_attribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                    int32_t(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F), "B scale mode");
       // The heuristic sees device pointers where the scales go; each call sets its own.
       set_scales(p.desc, gemm_workspace_, gemm_workspace_);
     }
