@@ -33,9 +33,9 @@
 // first). The scale pointers are descriptor attributes, set before each call. cuBLASLt takes
 // such products only for row counts that are multiples of 4: the last 1-3 rows of another count
 // run as a product of 4 rows of their own (kernels::fp8_block_scale_at), on a copy of their
-// accumulator rows in scratch. On an H100, alone
-// at full clock, such a product took 0.63-0.66 of the bf16 one's time on the down and out
-// projections of a QuALITY round (M 30,720-61,440, N 1,024, K 2,048-3,584).
+// accumulator rows in scratch. On an H100, alone at full clock, such a product took 0.63-0.66 of
+// the bf16 one's time on the down and out projections of a QuALITY round (M 30,720-61,440, N
+// 1,024, K 2,048-3,584; bench/results/2026-12-07-fp8-output-projections.md).
 //
 // The descriptors, layouts and the heuristic's first algorithm are cached per (M, N, K, out
 // dtype, operands, pointer alignments), for the kGemmPlans most recently used keys: the heuristic
