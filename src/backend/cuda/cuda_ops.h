@@ -273,6 +273,15 @@ class CudaOps final : public Ops {
   // unfused paths and the last layer's plain products read it).
   Quantization quantization_ = Quantization::Quantization_none;
   std::map<const void*, kernels::Fp8Rows> fp8_weights_;
+  // Whether w gets an FP8 copy at all: the FP8 mode and a non-empty weight (bf16, or Error
+  // naming op).
+  bool wants_fp8_copy(View w, const char* op) const;
+  // w's e4m3 copy and `scales` float scales, in the persistent arena, made by `quantize`
+  // (kernels::quantize_rows_fp8 or quantize_tiles_fp8).
+  using Fp8Quantizer = cudaError_t (*)(const __nv_bfloat16*, int64_t, int64_t, uint8_t*, float*,
+                                       cudaStream_t);
+  std::pair<const uint8_t*, const float*> fp8_copy(View w, int64_t scales, Fp8Quantizer quantize,
+                                                   const char* op);
   // w's FP8 copy, or {} (no copy: the op runs in bf16).
   kernels::Fp8Rows fp8_weight(View w) const;
   // x [rows, cols] in FP8 for a product: the latest rmsnorm_into_products' output when x is that
@@ -296,13 +305,14 @@ class CudaOps final : public Ops {
   // two FP8 forms (cuBLASLt's VEC128_32F x BLK128x128_32F block scales, fp32 accumulation).
   struct Fp8Tiles {
     const uint8_t* data = nullptr;
-    const float* scale = nullptr;  // [rows / 128, cols / 128]
+    const float* scale = nullptr;  // [rows / 128, kernels::fp8_tile_scale_ld(cols)]
   };
   std::map<const void*, Fp8Tiles> fp8_output_weights_;
   struct ProductFp8 {
     const void* of = nullptr;  // the producer's out, whose bf16 was not written
     int64_t rows = 0, cols = 0;
     const void* w_next = nullptr;
+    Fp8Tiles w_next_tiles;  // its fp8_output_weights_ copy
     kernels::Fp8Blocks form;
   };
   ProductFp8 product_fp8_;  // cleared by set_stream and reset_scratch

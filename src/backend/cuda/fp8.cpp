@@ -13,45 +13,48 @@
 
 namespace flide {
 
+bool CudaOps::wants_fp8_copy(View w, const char* op) const {
+  if (quantization_ != Quantization::Quantization_fp8) return false;
+  FLIDE_CHECK(w.dtype == DType::DType_bf16, "cuda ", op, ": the weight is ", dtype_name(w.dtype),
+              ", must be bf16");
+  return w.size() > 0;
+}
+
+// The arena hands out bf16 elements: rows x cols / 2 of them hold the bytes, scales x 2 the float
+// scales.
+std::pair<const uint8_t*, const float*> CudaOps::fp8_copy(View w, int64_t scales,
+                                                          Fp8Quantizer quantize, const char* op) {
+  const View data = alloc(w.rows, w.cols / 2), scale = alloc(scales, 2);
+  cuda_check(quantize(static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols,
+                      static_cast<uint8_t*>(data.data), static_cast<float*>(scale.data), stream_),
+             op);
+  return {static_cast<const uint8_t*>(data.data), static_cast<const float*>(scale.data)};
+}
+
 // A weight whose rows the FP8 tensor maps cannot take (a row of bytes must be a multiple of 16)
 // keeps no copy: its products run in bf16.
 void CudaOps::quantize_weight(View w) {
-  if (quantization_ != Quantization::Quantization_fp8) return;
-  FLIDE_CHECK(w.dtype == DType::DType_bf16, "cuda quantize_weight: the weight is ",
-              dtype_name(w.dtype), ", must be bf16");
-  if (w.size() == 0 || w.cols % 16 != 0 || fp8_weights_.count(w.data)) return;
-  // The arena hands out bf16 elements: rows x cols / 2 of them hold the bytes, rows x 2 the
-  // float scales.
-  const View data = alloc(w.rows, w.cols / 2), scale = alloc(w.rows, 2);
-  cuda_check(kernels::quantize_rows_fp8(static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols,
-                                        static_cast<uint8_t*>(data.data),
-                                        static_cast<float*>(scale.data), stream_),
-             "quantize_weight");
-  fp8_weights_[w.data] = {static_cast<const uint8_t*>(data.data),
-                          static_cast<const float*>(scale.data)};
+  if (!wants_fp8_copy(w, "quantize_weight") || w.cols % 16 != 0 || fp8_weights_.count(w.data))
+    return;
+  const auto [data, scale] = fp8_copy(w, w.rows, kernels::quantize_rows_fp8, "quantize_weight");
+  fp8_weights_[w.data] = {data, scale};
 }
 
 // A weight whose sides are not whole 128 x 128 tiles keeps no copy: its product reads bf16.
 void CudaOps::quantize_output_weight(View w) {
-  if (quantization_ != Quantization::Quantization_fp8) return;
-  FLIDE_CHECK(w.dtype == DType::DType_bf16, "cuda quantize_output_weight: the weight is ",
-              dtype_name(w.dtype), ", must be bf16");
-  if (w.size() == 0 || w.rows % kernels::kFp8Block != 0 || w.cols % kernels::kFp8Block != 0 ||
-      fp8_output_weights_.count(w.data))
+  if (!wants_fp8_copy(w, "quantize_output_weight") || w.rows % kernels::kFp8Block != 0 ||
+      w.cols % kernels::kFp8Block != 0 || fp8_output_weights_.count(w.data))
     return;
   const int64_t scales = (w.rows / kernels::kFp8Block) * kernels::fp8_tile_scale_ld(w.cols);
-  const View data = alloc(w.rows, w.cols / 2), scale = alloc(scales, 2);  // bf16 elements, as above
-  cuda_check(kernels::quantize_tiles_fp8(static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols,
-                                         static_cast<uint8_t*>(data.data),
-                                         static_cast<float*>(scale.data), stream_),
-             "quantize_output_weight");
-  fp8_output_weights_[w.data] = {static_cast<const uint8_t*>(data.data),
-                                 static_cast<const float*>(scale.data)};
+  const auto [data, scale] =
+      fp8_copy(w, scales, kernels::quantize_tiles_fp8, "quantize_output_weight");
+  fp8_output_weights_[w.data] = {data, scale};
 }
 
 kernels::Fp8Blocks CudaOps::product_input_fp8(View out, View w_next) {
   product_fp8_ = {};
-  if (!fp8_output_weights_.count(w_next.data) || w_next.cols != out.cols || out.rows == 0 ||
+  const auto tiles = fp8_output_weights_.find(w_next.data);
+  if (tiles == fp8_output_weights_.end() || w_next.cols != out.cols || out.rows == 0 ||
       out.dtype != DType::DType_bf16)
     return {};
   const int64_t M = out.rows, N = w_next.rows, K = out.cols, body = M / 4 * 4;
@@ -65,6 +68,7 @@ kernels::Fp8Blocks CudaOps::product_input_fp8(View out, View w_next) {
                   M,
                   K,
                   w_next.data,
+                  tiles->second,
                   {static_cast<uint8_t*>(data.data), static_cast<float*>(scale.data)}};
   return product_fp8_.form;
 }

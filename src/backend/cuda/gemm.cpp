@@ -212,7 +212,7 @@ void CudaOps::gemm_fp8_blocks(View x, View w, View acc) {
               "cuda matmul_add on FP8 blocks: acc [", acc.rows, ", ", acc.cols, "] ",
               dtype_name(acc.dtype), " (must be bf16 [", x.rows, ", ", w.rows,
               "], 16-byte aligned)");
-  const Fp8Tiles w8 = fp8_output_weights_.at(w.data);
+  const Fp8Tiles w8 = in.w_next_tiles;
   const int64_t M = x.rows, N = w.rows, K = x.cols, body = M / 4 * 4, tail = M - body;
   const View tail_acc = tail > 0 ? scratch(4, N) : View{};
   if (!op_begin_shaped({x, w, acc}, {1}, M, N, K)) return;
