@@ -403,10 +403,10 @@ __device__ __forceinline__ void store_rows_fp8(const float (&o)[kDimTiles][4], c
     const int row = h ? rp.row1 : rp.row0, r = rows.r[row];
     const float l = h ? rp.l1 : rp.l0, inv = l > 0.f ? 1.f / l : 0.f;
     const int64_t head_col = int64_t(rows.qh[row]) * HD;
-    const bf16* gate = p.gate.data && r >= 0
-                           ? p.gate.data + int64_t(r) * p.gate.row_stride +
-                                 int64_t(rows.qh[row]) * p.gate.head_stride + 2 * quad_t
-                           : nullptr;
+    const bf16* gate = p.gate.data && r >= 0 ? p.gate.data + int64_t(r) * p.gate.row_stride +
+                                                   int64_t(rows.qh[row]) * p.gate.head_stride +
+                                                   2 * quad_t
+                                             : nullptr;
 #pragma unroll
     for (int j = 0; j < HD / kFp8Block; ++j) {
       __nv_bfloat162 g[kTilesPerBlock];

@@ -259,8 +259,8 @@ void CudaOps::run_attention(const char* name, View q, const View* gate, View k, 
               name, ": q [", q.rows, ", ", q.cols, "] out [", out.rows, ", ", out.cols, "] rows ",
               R);
   if (gate) {
-    FLIDE_CHECK(gate->rows == q.rows && gate->cols == q.cols, "cuda ", name, ": gate [", gate->rows,
-                ", ", gate->cols, "] q [", q.rows, ", ", q.cols, "]");
+    FLIDE_CHECK(gate->rows == q.rows && gate->cols == q.cols, "cuda ", name, ": gate [",
+                gate->rows, ", ", gate->cols, "] q [", q.rows, ", ", q.cols, "]");
     FLIDE_CHECK(!overlaps(out, *gate), "cuda ", name, ": out may not share memory with gate");
   }
   const bf16* qp = as_bf16(q, name, "q");
@@ -274,16 +274,15 @@ void CudaOps::run_attention(const char* name, View q, const View* gate, View k, 
   const bool all = which == Rows::Rows_all;
   const kernels::AttentionSplit split = out_rows_split(which, R, heads_q, head_dim);
   const bool fp8_store = w_next && head_dim % kernels::kFp8Block == 0 && !split.partial;
-  const kernels::Fp8Blocks out8 =
-      fp8_store ? product_input_fp8(out, *w_next) : kernels::Fp8Blocks{};
+  const kernels::Fp8Blocks out8 = fp8_store ? product_input_fp8(out, *w_next) : kernels::Fp8Blocks{};
   if (!op_begin({q, k, v, out, gate ? *gate : View{}},
                 {int64_t(which), heads_q, heads_kv, out8.data != nullptr}))
     return;
-  launched(
-      kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
-                              all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_, heads_q,
-                              heads_kv, head_dim, float(scale), stream_, g, split, out8),
-      name);
+  launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
+                                   all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
+                                   heads_q, heads_kv, head_dim, float(scale), stream_, g, split,
+                                   out8),
+           name);
 }
 
 // attention_query's pass without its gate copy, then the attention with the gate in its store
