@@ -90,9 +90,8 @@ class Ops {
   // attention_projections): a backend that computes them in lower precision keeps a copy of it in
   // that form beside it (CUDA under Quantization_fp8). The others ignore it; w stays as it was.
   virtual void quantize_weight(View /*w*/) {}
-  // w (loaded) is the weight of a product that reads the output of swiglu_into_product,
-  // z_gated_rmsnorm_into_product or attention_gated_into_product (the MLP's down projection, the
-  // GDN layer's and the attention's output projections):
+  // w (loaded) is the weight of a product that reads the output of swiglu_into_product or
+  // z_gated_rmsnorm_into_product (the MLP's down projection, the GDN layer's output projection):
   // a backend that computes it in lower precision keeps a copy of it in that form (CUDA under
   // Quantization_fp8: e4m3 with a scale per 128 x 128 tile). The others ignore it.
   virtual void quantize_output_weight(View /*w*/) {}
@@ -187,13 +186,6 @@ class Ops {
                                int heads_kv, int head_dim, double scale) {
     attention(q, k, v, out, which, heads_q, heads_kv, head_dim, scale);
     sigmoid_mul(out, gate);
-  }
-  // attention_gated whose out only matmul_add(out, w_next, ...), called next, reads (as
-  // swiglu_into_product).
-  virtual void attention_gated_into_product(View q, View gate, View k, View v, View out, Rows which,
-                                            int heads_q, int heads_kv, int head_dim, double scale,
-                                            View /*w_next*/) {
-    attention_gated(q, gate, k, v, out, which, heads_q, heads_kv, head_dim, scale);
   }
   // The query side, attention and the output gate: attention_gated with q and gate from qg as
   // attention_query makes them (norm q_norm, the query's RoPE and eps), k and v ready. By default

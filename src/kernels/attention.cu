@@ -363,8 +363,7 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
                            int heads_kv, int head_dim, float scale, cudaStream_t stream,
-                           const AttentionGate& gate, const AttentionSplit& split,
-                           const Fp8Blocks& out8) {
+                           const AttentionGate& gate, const AttentionSplit& split) {
   (void)q_rows;  // the plan carries each row's stream row
   if (R == 0) return cudaSuccess;
   if (R < 0 || n_tiles <= 0 || heads_kv <= 0 || heads_q <= 0 || heads_q % heads_kv != 0 ||
@@ -386,9 +385,6 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
   if (splits &&
       (head_dim != 256 || split.dense < 1 || split.own < 1 || !split.partial || R > INT32_MAX))
     return cudaErrorInvalidValue;
-  if (out8.data && (head_dim % kFp8Block != 0 || splits || !out8.scale ||
-                    reinterpret_cast<uintptr_t>(out8.data) % 2 != 0))
-    return cudaErrorInvalidValue;
   const int group = heads_q / heads_kv;
   const int n_chunks = (kTileRows * group + kM - 1) / kM;
   const int64_t grid =
@@ -408,9 +404,7 @@ cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const
            group,
            n_chunks,
            scale * kLog2e,
-           gate,
-           out8,
-           R};
+           gate};
   const SplitParams sp{split.partial, int(R), split.dense, split.own};
   const unsigned g = unsigned(grid);
   switch (head_dim) {

@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/dense.h"
 #include "kernels/tree_meta.h"
 
 namespace flide::kernels {
@@ -78,13 +77,10 @@ size_t build_attention_plan(const HostTree& tree, const int32_t* q_rows, int64_t
 // plan's count return at once. A row's result depends only on its own path (see attention.cu).
 // gate (optional): the output is then attention * sigmoid(gate), rounded as sigmoid_mul would
 // round it. split (optional, head_dim 256 only): the keys split over CTAs (AttentionSplit).
-// out8 (optional, head_dim a multiple of 128, no split): the output's bf16 values go to out8 as
-// Fp8Blocks of R rows (a block: half a head of 256) instead of to out, which is not written.
 cudaError_t tree_attention(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                            __nv_bfloat16* out, const int32_t* q_rows, int64_t R,
                            const TreeMeta& meta, const void* plan, int32_t n_tiles, int heads_q,
                            int heads_kv, int head_dim, float scale, cudaStream_t stream,
-                           const AttentionGate& gate = {}, const AttentionSplit& split = {},
-                           const Fp8Blocks& out8 = {});
+                           const AttentionGate& gate = {}, const AttentionSplit& split = {});
 
 }  // namespace flide::kernels

@@ -15,8 +15,6 @@
 #include "kernels/attention.h"
 #include "kernels/bf16x8.cuh"
 #include "kernels/cp_async.cuh"
-#include "kernels/dense.h"
-#include "kernels/fp8_rows.cuh"
 #include "kernels/mma_bf16.cuh"
 
 namespace flide::kernels::attention_detail {
@@ -52,9 +50,6 @@ struct Params {
   float scale_log2;
   // With gate.data, the output is multiplied by sigmoid(gate) in the store.
   AttentionGate gate;
-  // With out8.data, the output goes there as Fp8Blocks of out_rows rows instead of to out.
-  Fp8Blocks out8;
-  int64_t out_rows;
 };
 
 // A split's launch parameters (AttentionSplit; n_dense + n_own CTAs a (tile, kv head, chunk),
@@ -389,64 +384,13 @@ __device__ __forceinline__ __nv_bfloat162 out_pair(float o0, float o1, float inv
                                detail::times_sigmoid(yf.y, gf.y));
 }
 
-// store_rows into Params::out8 (HD a multiple of 128): the same bf16 values, each row's 128-column
-// blocks (16 n-tiles of a head, held by the row's quad) quantized as the FP8 producers quantize
-// theirs (fp8_rows.cuh). The whole warp reaches the quad reductions; only used rows store.
-template <int HD, int kDimTiles>
-__device__ __forceinline__ void store_rows_fp8(const float (&o)[kDimTiles][4], const RowPair& rp,
-                                               const RowTable& rows, const Params& p, int quad_t) {
-  constexpr int kTilesPerBlock = kFp8Block / 8;
-  static_assert(HD % kFp8Block == 0 && kDimTiles == HD / 8, "whole blocks a head");
-  const int64_t cols = int64_t(p.heads_q) * HD, blocks = cols / kFp8Block;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = h ? rp.row1 : rp.row0, r = rows.r[row];
-    const float l = h ? rp.l1 : rp.l0, inv = l > 0.f ? 1.f / l : 0.f;
-    const int64_t head_col = int64_t(rows.qh[row]) * HD;
-    const bf16* gate = p.gate.data && r >= 0 ? p.gate.data + int64_t(r) * p.gate.row_stride +
-                                                   int64_t(rows.qh[row]) * p.gate.head_stride +
-                                                   2 * quad_t
-                                             : nullptr;
-#pragma unroll
-    for (int j = 0; j < HD / kFp8Block; ++j) {
-      __nv_bfloat162 g[kTilesPerBlock];
-#pragma unroll
-      for (int t = 0; t < kTilesPerBlock; ++t)
-        g[t] = gate ? *reinterpret_cast<const __nv_bfloat162*>(gate + (j * kTilesPerBlock + t) * 8)
-                    : __nv_bfloat162{};
-      float2 y[kTilesPerBlock];  // out_pair called as in store_rows
-      float amax = 0.f;
-#pragma unroll
-      for (int t = 0; t < kTilesPerBlock; ++t) {
-        const int dn = j * kTilesPerBlock + t;
-        y[t] = __bfloat1622float2(gate ? out_pair(o[dn][2 * h], o[dn][2 * h + 1], inv, &g[t])
-                                       : out_pair(o[dn][2 * h], o[dn][2 * h + 1], inv, nullptr));
-        amax = fmaxf(amax, fmaxf(fabsf(y[t].x), fabsf(y[t].y)));
-      }
-      const float s = detail::fp8_row_scale<4>(amax), inv_s = 1.f / s;
-      if (r >= 0) {
-        uint8_t* dst = p.out8.data + int64_t(r) * cols + head_col + j * kFp8Block + 2 * quad_t;
-#pragma unroll
-        for (int t = 0; t < kTilesPerBlock; ++t)
-          *reinterpret_cast<__nv_fp8x2_storage_t*>(dst + t * 8) = __nv_cvt_float2_to_fp8x2(
-              make_float2(y[t].x * inv_s, y[t].y * inv_s), __NV_SATFINITE, __NV_E4M3);
-        if (quad_t == 0)
-          p.out8.scale[fp8_block_scale_at(r, head_col / kFp8Block + j, p.out_rows, blocks)] = s;
-      }
-    }
-  }
-}
-
 // out = O / l for the thread's two rows (columns 8 dn + 2 t, + 1 of each n-tile below HD), rounded
 // to bf16 once; unused packed rows are not stored. With a gate, that bf16 value times sigmoid(gate)
-// is stored instead, rounded once more, as sigmoid_mul would make it. With Params::out8 (HD a
-// multiple of 128), those values go there (store_rows_fp8).
+// is stored instead, rounded once more, as sigmoid_mul would make it.
 template <int HD, int kDimTiles>
 __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPair rp,
                                            const RowTable& rows, const Params& p, int quad_t) {
   quad_sums(rp);
-  if constexpr (HD % kFp8Block == 0)
-    if (p.out8.data) return store_rows_fp8<HD>(o, rp, rows, p, quad_t);
   const int64_t q_stride = int64_t(p.heads_q) * HD;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -464,13 +408,11 @@ __device__ __forceinline__ void store_rows(const float (&o)[kDimTiles][4], RowPa
       for (int dn = 0; dn < kDimTiles; ++dn)
         if (dn * 8 < HD) g[dn] = *reinterpret_cast<const __nv_bfloat162*>(gate + dn * 8);
     }
-    // Two calls, not one with the pointer chosen at run time: so chosen, g went to the stack.
 #pragma unroll
     for (int dn = 0; dn < kDimTiles; ++dn)
       if (dn * 8 < HD)
         *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) =
-            p.gate.data ? out_pair(o[dn][2 * h], o[dn][2 * h + 1], inv, &g[dn])
-                        : out_pair(o[dn][2 * h], o[dn][2 * h + 1], inv, nullptr);
+            out_pair(o[dn][2 * h], o[dn][2 * h + 1], inv, p.gate.data ? &g[dn] : nullptr);
   }
 }
 

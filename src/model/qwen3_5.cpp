@@ -144,16 +144,16 @@ class Qwen35Model final : public Model {
         w.attn.q_norm = b.bind(a + "q_norm.weight", {hd});
         w.attn.k_norm = b.bind(a + "k_norm.weight", {hd});
       }
-      // The fused products' weights, and the output projections that read a fused kernel's
-      // output, which a backend may also keep in lower precision (--quantization fp8); the LM
-      // head stays as loaded.
+      // The fused products' weights, and the output projections that read a fused product's
+      // output, which a backend may also keep in lower precision (--quantization fp8); the
+      // attention's output projection and the LM head stay as loaded.
       const bool gdn = w.type == LayerType::LayerType_linear_attention;
       for (const View& pw :
            gdn ? std::vector<View>{w.mlp_gate, w.mlp_up, w.gdn.in_qkv, w.gdn.in_z}
                : std::vector<View>{w.mlp_gate, w.mlp_up, w.attn.q, w.attn.k, w.attn.v})
         ops.quantize_weight(pw);
       ops.quantize_output_weight(w.mlp_down);
-      ops.quantize_output_weight(gdn ? w.gdn.out : w.attn.o);
+      if (gdn) ops.quantize_output_weight(w.gdn.out);
       layers_.push_back(w);
     }
     info_.architecture = cfg_.architecture;
@@ -331,8 +331,7 @@ class Qwen35Model final : public Model {
       View q = ops_.scratch(T, int64_t(nh) * hd), gate = ops_.scratch(T, int64_t(nh) * hd);
       ops_.attention_projections(h, w.q, w.k, w.v, w.q_norm, w.k_norm, q, gate, k, v, nh, nkv, hd,
                                  rot, theta, eps);
-      ops_.attention_gated_into_product(q, gate, k, v, attn, Rows::Rows_all, nh, nkv, hd, scale,
-                                        w.o);
+      ops_.attention_gated(q, gate, k, v, attn, Rows::Rows_all, nh, nkv, hd, scale);
     }
     ops_.matmul_add(attn, w.o, x);
   }

@@ -260,55 +260,6 @@ TEST_P(CudaFp8Blocks, ZGatedRmsnormIntoTheOutProjection) {
   }
 }
 
-// attention_gated_into_product: the attention's store writes the gated output only as FP8 blocks
-// (a block: half a head of 256 on the wgmma kernel, a head of 128 on the mma.sync one), for the
-// output projection. The out rows' attention at hd 256 (the last layer's, its keys split) writes
-// bf16, and its product runs on that, as attention_gated then matmul_add do.
-TEST_P(CudaFp8Blocks, AttentionGatedIntoTheOutputProjection) {
-  struct Shape {
-    int hq, hkv, hd;
-    int64_t H;
-  };
-  for (const TreeCase& tree : {tree_cases()[2], tree_cases()[3]})
-    for (const Shape& sh : {Shape{8, 2, 256, 1024}, Shape{4, 2, 128, 256}}) {
-      Stream s = build_stream(tree.nodes, tree.n_initial_slots, gen_);
-      s.out_rows = pick_out_rows(s, gen_, 0.1);
-      p().set_stream(s);
-      const int64_t Cq = int64_t(sh.hq) * sh.hd, Ckv = int64_t(sh.hkv) * sh.hd;
-      const double scale = 1.0 / std::sqrt(double(sh.hd));
-      const std::string context = cat(tree.name, " hq ", sh.hq, " hd ", sh.hd);
-      auto k = p().put(s.n_tokens(), Ckv, random_floats(gen_, s.n_tokens() * Ckv, -2, 2));
-      auto v = p().put(s.n_tokens(), Ckv, random_floats(gen_, s.n_tokens() * Ckv, -1, 1));
-      for (Rows which : {Rows::Rows_all, Rows::Rows_out}) {
-        const int64_t M = which == Rows::Rows_all ? s.n_tokens() : int64_t(s.out_rows.size());
-        const bool fp8 = which == Rows::Rows_all || sh.hd != 256;  // hd 256 splits the out rows
-        auto q = p().put(M, Cq, random_floats(gen_, M * Cq, -2, 2));
-        auto gate = p().put(M, Cq, random_floats(gen_, M * Cq, -3, 3));
-        Projection o_proj = projection(M, sh.H, Cq);
-        auto out = p().poison(M, Cq), out16 = p().poison(M, Cq);
-        Ops& gpu = p().gpu();
-        EXPECT_EQ(ops_run(gpu,
-                          [&] {
-                            gpu.attention_gated_into_product(q.gpu, gate.gpu, k.gpu, v.gpu, out.gpu,
-                                                             which, sh.hq, sh.hkv, sh.hd, scale,
-                                                             o_proj.w.gpu);
-                            gpu.matmul_add(out.gpu, o_proj.w.gpu, o_proj.acc.gpu);
-                          }),
-                  (std::set<std::string>{"attention_gated", fp8 ? "matmul_add_fp8" : "matmul_add"}))
-            << context;
-        gpu.attention_gated(q.gpu, gate.gpu, k.gpu, v.gpu, out16.gpu, which, sh.hq, sh.hkv, sh.hd,
-                            scale);
-        if (fp8) {
-          check("attention_gated_into_product + matmul_add", o_proj, out16, M, Cq);
-        } else {
-          gpu.matmul_add(out16.gpu, o_proj.w.gpu, o_proj.acc_start.gpu);
-          expect_exact("attention_gated_into_product on the out rows", p().got(o_proj.acc),
-                       p().got(o_proj.acc_start), context);
-        }
-      }
-    }
-}
-
 // A product weight without the tile copy: the producer writes bf16, and the product runs on it,
 // as swiglu then matmul_add do. Reading the FP8-only output with another weight is an error
 // that names it.

@@ -224,16 +224,10 @@ void CudaOps::attention(View q, View k, View v, View out, Rows which, int heads_
 // The gate applied in the attention's store (sigmoid_mul's rounding).
 void CudaOps::attention_gated(View q, View gate, View k, View v, View out, Rows which, int heads_q,
                               int heads_kv, int head_dim, double scale) {
+  FLIDE_CHECK(gate.rows == q.rows && gate.cols == q.cols, "cuda attention_gated: gate [", gate.rows,
+              ", ", gate.cols, "] q [", q.rows, ", ", q.cols, "]");
+  FLIDE_CHECK(!overlaps(out, gate), "cuda attention_gated: out may not share memory with gate");
   run_attention("attention_gated", q, &gate, k, v, out, which, heads_q, heads_kv, head_dim, scale);
-}
-
-// The FP8 form for the output projection where the store can write it (head dims of whole
-// 128-column blocks, keys unsplit: every row's layers but the last); otherwise attention_gated.
-void CudaOps::attention_gated_into_product(View q, View gate, View k, View v, View out, Rows which,
-                                           int heads_q, int heads_kv, int head_dim, double scale,
-                                           View w_next) {
-  run_attention("attention_gated", q, &gate, k, v, out, which, heads_q, heads_kv, head_dim, scale,
-                &w_next);
 }
 
 // The out rows' attention at head dim 256 (the last layer's: one row a question) with the keys of
@@ -250,19 +244,13 @@ kernels::AttentionSplit CudaOps::out_rows_split(Rows which, int64_t R, int heads
 }
 
 void CudaOps::run_attention(const char* name, View q, const View* gate, View k, View v, View out,
-                            Rows which, int heads_q, int heads_kv, int head_dim, double scale,
-                            const View* w_next) {
+                            Rows which, int heads_q, int heads_kv, int head_dim, double scale) {
   need_stream(name);
   const int64_t hd = head_dim, R = rows_of(which);
   check_attention_kv(name, k, v, meta_.n_tokens, heads_q, heads_kv, head_dim);
   FLIDE_CHECK(q.rows == R && out.rows == R && q.cols == heads_q * hd && out.cols == q.cols, "cuda ",
               name, ": q [", q.rows, ", ", q.cols, "] out [", out.rows, ", ", out.cols, "] rows ",
               R);
-  if (gate) {
-    FLIDE_CHECK(gate->rows == q.rows && gate->cols == q.cols, "cuda ", name, ": gate [",
-                gate->rows, ", ", gate->cols, "] q [", q.rows, ", ", q.cols, "]");
-    FLIDE_CHECK(!overlaps(out, *gate), "cuda ", name, ": out may not share memory with gate");
-  }
   const bf16* qp = as_bf16(q, name, "q");
   const bf16* kp = as_bf16(k, name, "k");
   const bf16* vp = as_bf16(v, name, "v");
@@ -273,15 +261,10 @@ void CudaOps::run_attention(const char* name, View q, const View* gate, View k, 
   if (R == 0) return;
   const bool all = which == Rows::Rows_all;
   const kernels::AttentionSplit split = out_rows_split(which, R, heads_q, head_dim);
-  const bool fp8_store = w_next && head_dim % kernels::kFp8Block == 0 && !split.partial;
-  const kernels::Fp8Blocks out8 = fp8_store ? product_input_fp8(out, *w_next) : kernels::Fp8Blocks{};
-  if (!op_begin({q, k, v, out, gate ? *gate : View{}},
-                {int64_t(which), heads_q, heads_kv, out8.data != nullptr}))
-    return;
+  if (!op_begin({q, k, v, out, gate ? *gate : View{}}, {int64_t(which), heads_q, heads_kv})) return;
   launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
                                    all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
-                                   heads_q, heads_kv, head_dim, float(scale), stream_, g, split,
-                                   out8),
+                                   heads_q, heads_kv, head_dim, float(scale), stream_, g, split),
            name);
 }
 

@@ -113,9 +113,6 @@ class CudaOps final : public Ops {
                  int head_dim, double scale) override;
   void attention_gated(View q, View gate, View k, View v, View out, Rows which, int heads_q,
                        int heads_kv, int head_dim, double scale) override;
-  void attention_gated_into_product(View q, View gate, View k, View v, View out, Rows which,
-                                    int heads_q, int heads_kv, int head_dim, double scale,
-                                    View w_next) override;
   void gated_attention(View qg, View q_norm, View k, View v, View out, Rows which, int heads_q,
                        int heads_kv, int head_dim, int rot_dim, double theta, double eps,
                        double scale) override;
@@ -199,11 +196,9 @@ class CudaOps final : public Ops {
   // The keys' split for an attention over `which` rows (cuda_ops.cpp), its records in scratch;
   // none for every row.
   kernels::AttentionSplit out_rows_split(Rows which, int64_t R, int heads_q, int head_dim);
-  // attention, attention_gated and attention_gated_into_product (gate: nullptr, or the packed
-  // gate; w_next: nullptr but for the last).
+  // attention and attention_gated (gate: nullptr, or the packed gate).
   void run_attention(const char* name, View q, const View* gate, View k, View v, View out,
-                     Rows which, int heads_q, int heads_kv, int head_dim, double scale,
-                     const View* w_next = nullptr);
+                     Rows which, int heads_q, int heads_kv, int head_dim, double scale);
   void check_level(int level, const char* op) const;
 
   // Called by every op right before its launches with the views it reads and writes and the
