@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -80,6 +83,25 @@ TEST(AnswersTest, QuestionProbsChecksTheResultShape) {
   EXPECT_EQ(question_probs(result, 1, 2), result.nodes[2].probs);
   EXPECT_THROW(question_probs(result, 1, 3), Error);
   EXPECT_THROW(question_probs(result, 2, 2), Error);
+}
+
+// A NaN or infinite probability fails the question, naming it, instead of reaching JSON as null.
+TEST(AnswersTest, QuestionProbsRefusesNonFiniteProbabilities) {
+  for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+    TreeResult result;
+    result.nodes.resize(3);
+    result.nodes[1].probs = {0.25, 0.75};
+    result.nodes[2].probs = {bad, 0.5};
+    EXPECT_EQ(question_probs(result, 0, 2), result.nodes[1].probs);
+    try {
+      question_probs(result, 1, 2);
+      ADD_FAILURE() << "no error for probability " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("question 1: the model's probabilities are not finite"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "decide_request.h"
 #include "progress.h"
 #include "server/http/json_body.h"
+#include "server/routes/answers.h"
 
 namespace flide::cli {
 
@@ -110,22 +111,15 @@ std::vector<Entry> parse_lines(const std::string& text, int64_t vocab_size) {
   return entries;
 }
 
-size_t argmax(const std::vector<double>& p) {  // first of equal maxima, like the server
-  size_t best = 0;
-  for (size_t i = 1; i < p.size(); ++i)
-    if (p[i] > p[best]) best = i;
-  return best;
-}
-
 json answer_json(const DecideRequest& request, const Tree& tree, const TreeResult& result,
                  double ms) {
   FLIDE_CHECK(result.nodes.size() == tree.nodes.size());
   json questions = json::array();
   size_t branch_tokens = 0;
   for (size_t q = 0; q < request.questions.size(); ++q) {
-    const std::vector<double>& probs = result.nodes[q + 1].probs;
-    FLIDE_CHECK(probs.size() == tree.nodes[q + 1].label_ids.size(), "question ", q);
-    const size_t choice = argmax(probs);
+    const std::vector<double>& probs =
+        server::question_probs(result, q, tree.nodes[q + 1].label_ids.size());
+    const size_t choice = server::argmax(probs);
     branch_tokens += tree.nodes[q + 1].tokens.size();
     questions.push_back({{"id", request.questions[q].id}, {"probs", probs}, {"choice", choice}});
   }

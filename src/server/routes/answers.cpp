@@ -13,6 +13,10 @@ const std::vector<double>& question_probs(const TreeResult& result, size_t quest
   const std::vector<double>& p = result.nodes[question + 1].probs;
   FLIDE_CHECK(p.size() == n_options, "question ", question, ": ", p.size(), " probabilities for ",
               n_options, " options");
+  // JSON has no NaN: written out, it would be a null where clients expect a number.
+  FLIDE_CHECK(std::all_of(p.begin(), p.end(), [](double x) { return std::isfinite(x); }),
+              "question ", question,
+              ": the model's probabilities are not finite (a NaN or infinite score)");
   return p;
 }
 

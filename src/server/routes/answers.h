@@ -11,7 +11,8 @@
 namespace flide::server {
 
 // The question's distribution: node question + 1 of a tree from build_decision_tree, one
-// probability per option in option order. FLIDE_CHECKs the result's shape (an engine fault).
+// probability per option in option order. FLIDE_CHECKs the result's shape and that every
+// probability is finite (engine or model faults: the request fails rather than answer null).
 const std::vector<double>& question_probs(const TreeResult& result, size_t question,
                                           size_t n_options);
 
