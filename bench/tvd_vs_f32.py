@@ -16,6 +16,7 @@ import json
 import random
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -55,6 +56,10 @@ def decide(flide, source, path, device, mode="fork", extra=()):
     cmd += list(extra)
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    failed = [line for line in lines if "error" in line]
+    if failed:  # e.g. non-finite probabilities: one bad answer makes the comparison meaningless
+        sys.exit(f"flide decide ({device} {mode} {' '.join(extra)}) failed on {len(failed)} "
+                 f"requests: {failed[0]['error']}")
     return [[q["probs"] for q in line["questions"]] for line in lines]
 
 
