@@ -1,7 +1,8 @@
 // Random decision trees for the engine and GPU suites: a trunk of 1-300 tokens (a choice
 // readout on it one time in four), 1..max_questions questions of 1-300 tokens with 2-5 distinct
 // labels (a log-likelihood readout one time in five) and, at depth 3, 0-3 children per question
-// of 1-40 tokens with a choice or log-likelihood readout.
+// of 1-40 tokens with a choice or log-likelihood readout. And trees of a fixed shape with choice
+// readouts alone (the rounds that pad to a capacity bucket).
 #pragma once
 
 #include <algorithm>
@@ -51,6 +52,28 @@ inline Tree random_tree(std::mt19937& rng, int64_t vocab, int depth, int max_que
                     loglik ? ReadoutKind::ReadoutKind_loglik : ReadoutKind::ReadoutKind_choice,
                     loglik ? std::vector<int32_t>{} : labels(uniform(2, 4))));
     }
+  }
+  return tree;
+}
+
+// A trunk of `trunk` tokens and `questions` questions of `length` tokens, each with 4 distinct
+// labels; every token fresh.
+inline Tree choice_tree(std::mt19937& rng, int64_t vocab, int trunk, int questions, int length) {
+  auto id = [&] { return std::uniform_int_distribution<int32_t>(0, int32_t(vocab) - 1)(rng); };
+  auto ids = [&](int n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (int32_t& x : v) x = id();
+    return v;
+  };
+  Tree tree;
+  tree.nodes.push_back(tree_node(-1, ids(trunk)));
+  for (int q = 0; q < questions; ++q) {
+    std::vector<int32_t> labels;
+    while (labels.size() < 4) {
+      const int32_t l = id();
+      if (std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
+    }
+    tree.nodes.push_back(tree_node(0, ids(length), ReadoutKind::ReadoutKind_choice, labels));
   }
   return tree;
 }

@@ -10,30 +10,17 @@
 //   - FP8 against bf16: the operands' 3-bit mantissas move the distributions (median TVD ~0.01
 //     for these two layers), and a broken path would move them by their own order (0.3+).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "common/random_trees.h"
 #include "cuda_test_util.h"
 #include "engine/executor.h"
 #include "model/model.h"
+#include "real_widths_model.h"
 
 namespace flide::test {
 namespace {
-
-constexpr const char* kConfig = R"({
-  "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "dtype": "bfloat16",
-  "vocab_size": 4096, "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 2,
-  "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256, "hidden_act": "silu",
-  "max_position_embeddings": 262144, "rms_norm_eps": 1e-06, "tie_word_embeddings": true,
-  "rope_parameters": {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-                      "rope_type": "default"},
-  "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-  "linear_num_key_heads": 16, "linear_num_value_heads": 16,
-  "layer_types": ["linear_attention", "full_attention"]})";
 
 // Choice distributions of every tree's choice readouts, in order.
 std::vector<std::vector<double>> choices(const std::vector<Tree>& trees,
@@ -57,14 +44,11 @@ double median_tvd(const std::vector<std::vector<double>>& a,
 
 TEST(CudaFp8Model, GraphsKeepTheBitsForkAgreesAndBf16IsNear) {
   FLIDE_SKIP_WITHOUT_CUDA();
-  const std::filesystem::path config =
-      std::filesystem::temp_directory_path() / cat("flide_fp8_model_", ::getpid(), ".json");
-  std::ofstream(config) << kConfig;
   auto ops8 = make_cuda_ops(0, false, Quantization::Quantization_fp8);
   auto ops16 = make_cuda_ops(0);
-  auto model8 = load_model_random(config, *ops8, 11);
-  auto model16 = load_model_random(config, *ops16, 11);
-  std::filesystem::remove(config);
+  const char* layers = R"(["linear_attention", "full_attention"])";
+  auto model8 = load_real_widths_model(layers, *ops8, 11);
+  auto model16 = load_real_widths_model(layers, *ops16, 11);
 
   std::mt19937 rng(std::random_device{}());
   std::vector<Tree> trees;

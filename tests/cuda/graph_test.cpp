@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "common/overlapped_rounds.h"
+#include "common/random_trees.h"
 #include "cuda_test_util.h"
 #include "engine/executor.h"
 #include "engine/warmup.h"
@@ -27,27 +28,6 @@ namespace flide::test {
 namespace {
 
 const std::filesystem::path kRoot = FLIDE_SOURCE_DIR;
-
-// A request of fixed shape with fresh random tokens: trunk + questions with 4 labels each.
-Tree fixed_shape_tree(std::mt19937& rng, int64_t vocab, int trunk, int questions, int length) {
-  auto id = [&] { return std::uniform_int_distribution<int32_t>(0, int32_t(vocab) - 1)(rng); };
-  auto ids = [&](int n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (int32_t& x : v) x = id();
-    return v;
-  };
-  Tree tree;
-  tree.nodes.push_back(tree_node(-1, ids(trunk)));
-  for (int q = 0; q < questions; ++q) {
-    std::vector<int32_t> labels;
-    while (labels.size() < 4) {
-      const int32_t l = id();
-      if (std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
-    }
-    tree.nodes.push_back(tree_node(0, ids(length), ReadoutKind::ReadoutKind_choice, labels));
-  }
-  return tree;
-}
 
 class CudaGraphs : public CudaTest {
  protected:
@@ -86,9 +66,8 @@ TEST_F(CudaGraphs, GraphAndEagerGiveTheSameBits) {
   // Five rounds of one bucket (different tokens each), and one of another bucket.
   std::vector<std::vector<Tree>> rounds;
   for (int r = 0; r < 5; ++r)
-    rounds.push_back(
-        {fixed_shape_tree(rng, vocab, 300, 4, 20), fixed_shape_tree(rng, vocab, 90, 2, 7)});
-  const std::vector<Tree> other = {fixed_shape_tree(rng, vocab, 1000, 9, 33)};
+    rounds.push_back({choice_tree(rng, vocab, 300, 4, 20), choice_tree(rng, vocab, 90, 2, 7)});
+  const std::vector<Tree> other = {choice_tree(rng, vocab, 1000, 9, 33)};
 
   std::vector<std::vector<TreeResult>> eager;
   for (const auto& trees : rounds) eager.push_back(run(trees, false));
@@ -116,9 +95,9 @@ TEST_F(CudaGraphs, RoundsInFlightGiveTheBitsOfRoundsRunOneByOne) {
   std::mt19937 rng(std::random_device{}());
   std::vector<std::vector<Tree>> rounds;
   for (int r = 0; r < 6; ++r)
-    rounds.push_back(r % 3 == 2 ? std::vector<Tree>{fixed_shape_tree(rng, vocab, 1000, 9, 33)}
-                                : std::vector<Tree>{fixed_shape_tree(rng, vocab, 300, 4, 20),
-                                                    fixed_shape_tree(rng, vocab, 90, 2, 7)});
+    rounds.push_back(r % 3 == 2 ? std::vector<Tree>{choice_tree(rng, vocab, 1000, 9, 33)}
+                                : std::vector<Tree>{choice_tree(rng, vocab, 300, 4, 20),
+                                                    choice_tree(rng, vocab, 90, 2, 7)});
   std::vector<std::vector<TreeResult>> eager;
   for (const auto& trees : rounds) eager.push_back(run(trees, false));
   for (bool graphs : {false, true}) {
@@ -136,9 +115,9 @@ TEST_F(CudaGraphs, WarmUpLeavesEveryLaterRoundItsBits) {
   const int64_t vocab = model_->info().vocab_size;
   std::mt19937 rng(std::random_device{}());
   const std::vector<std::vector<Tree>> rounds = {
-      {fixed_shape_tree(rng, vocab, 300, 4, 20), fixed_shape_tree(rng, vocab, 90, 2, 7)},
-      {fixed_shape_tree(rng, vocab, 1000, 9, 33)},
-      {fixed_shape_tree(rng, vocab, 3000, 40, 50)}};
+      {choice_tree(rng, vocab, 300, 4, 20), choice_tree(rng, vocab, 90, 2, 7)},
+      {choice_tree(rng, vocab, 1000, 9, 33)},
+      {choice_tree(rng, vocab, 3000, 40, 50)}};
   std::vector<std::vector<TreeResult>> before;
   for (int pass = 0; pass < 2; ++pass)  // eager, then captured: the graphs the warm-up retires
     for (const auto& trees : rounds) before.push_back(run(trees, true));
@@ -158,8 +137,8 @@ TEST_F(CudaGraphs, WarmUpLeavesEveryLaterRoundItsBits) {
 TEST_F(CudaGraphs, PaddedRoundsAgreeWithUnpaddedOnes) {
   const int64_t vocab = model_->info().vocab_size;
   std::mt19937 rng(std::random_device{}());
-  const std::vector<Tree> trees = {fixed_shape_tree(rng, vocab, 450, 4, 50),
-                                   fixed_shape_tree(rng, vocab, 77, 3, 12)};
+  const std::vector<Tree> trees = {choice_tree(rng, vocab, 450, 4, 50),
+                                   choice_tree(rng, vocab, 77, 3, 12)};
   const auto padded = run(trees, true);
   Executor plain(*model_);
   const auto unpadded = plain.run(trees, ExecMode::ExecMode_fork);
@@ -184,8 +163,8 @@ TEST_F(CudaGraphs, PaddedRoundsAgreeWithUnpaddedOnes) {
 TEST_F(CudaGraphs, OpCaptureKeepsTheBitsAndReplayCoversEveryOp) {
   const int64_t vocab = model_->info().vocab_size;
   std::mt19937 rng(std::random_device{}());
-  const std::vector<Tree> trees = {fixed_shape_tree(rng, vocab, 300, 4, 20),
-                                   fixed_shape_tree(rng, vocab, 90, 2, 7)};
+  const std::vector<Tree> trees = {choice_tree(rng, vocab, 300, 4, 20),
+                                   choice_tree(rng, vocab, 90, 2, 7)};
   EXPECT_TRUE(cuda_->replay_ops(0.001).empty()) << "nothing captured yet";
   const auto eager = run(trees, false);
   for (bool graphs : {false, true}) {  // op capture runs rounds eagerly either way

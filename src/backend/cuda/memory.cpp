@@ -204,6 +204,12 @@ void CudaOps::scratch_rewind(const ScratchMark& mark) {
   scratch_.used = scratch_.block == mark.block ? size_t(mark.used) : 0;
 }
 
+void CudaOps::fill_scratch(uint8_t byte) {
+  reset_scratch();  // one block, as the next round finds it
+  if (scratch_.block)
+    cuda_check(cudaMemsetAsync(scratch_.block, byte, scratch_.cap, stream_), "fill_scratch");
+}
+
 // Queued calls may still use the old buffer: the stream is drained first, and graphs holding the
 // old address are retired by the epoch.
 void CudaOps::grow(void*& buffer, size_t& cap, size_t need, const char* op) {
