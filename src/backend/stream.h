@@ -43,7 +43,12 @@ struct Stream {
   // round of one bucket has the same sizes and replays one CUDA graph: the last pad_tokens rows
   // belong to no node (token_node -1, token id 0, position 0), the last pad_out out rows are row
   // 0 and the last pad_select select entries read out row 0 at id 0. Tree ops (attention, conv,
-  // delta rule) skip padding, row-wise ops may compute it, and nothing reads its results.
+  // delta rule) compute no padding row, row-wise ops may compute them, and no real row's result
+  // depends on them. So that this holds by construction, the attention (over all rows) and the
+  // delta rule write zeros to their outputs' padding rows, which then reach the residual as
+  // zeros: every padding row stays finite, which the attention relies on where it reads keys
+  // and values past a block's end (stream rows that follow, padding included) and masks them
+  // with P = 0, as 0 x NaN would not be.
   int32_t pad_tokens = 0;
   int32_t pad_out = 0;
   int32_t pad_select = 0;

@@ -86,7 +86,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // A stage: K then V, each [kBN keys][kHd] swizzled, as eight bulk tensor copies of [kBN][64]
   // issued by thread 0. Keys past the block's end are whatever rows follow (finite: every
-  // stream row has its K and V), or zeros past the stream's end; the mask gives them P = 0.
+  // stream row has its K and V, and a padding row's come from a finite residual, stream.h), or
+  // zeros past the stream's end; the mask gives them P = 0.
   auto load_stage = [&](int stage, const KeyBlock& b) {
     const uint32_t at = sKV + stage * kStageBytes;
     detail::bar_expect(full(stage), kStageBytes);

@@ -100,6 +100,10 @@ cudaError_t sigmoid_mul(bf16* x, const bf16* gate, int64_t n, cudaStream_t strea
 // out[r, :] = x[rows[r], :]; out [R, cols]. Works for bf16 and fp32 (elem_bytes 2 or 4).
 cudaError_t gather_rows(const void* x, const int32_t* rows, void* out, int64_t R, int64_t cols,
                         int elem_bytes, cudaStream_t stream);
+// x[r, :] = 0 for every r < rows with token_node[r] < 0 (a padded round's tail rows, which
+// belong to no node); the other rows are left as they are. x [rows, cols].
+cudaError_t zero_rows_of_no_node(bf16* x, int64_t rows, int64_t cols, const int32_t* token_node,
+                                 cudaStream_t stream);
 // Gated attention's query or key side (attention_prep.cu): per row r and head h, the head_dim
 // values at src + r * src_ld + h * src_head are RMS-normed with weight 1 + w (rounded to bf16),
 // then NeoX rotate-half RoPE turns their first rot_dim dims by position

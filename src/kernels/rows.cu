@@ -1,7 +1,7 @@
 // Row copies: embedding lookup and gathering out rows. Both are one row copy, out row r = source
 // row src_rows ? src_rows[r] : r, done as raw bytes in the widest unit (16, 8, 4, 2 or 1 bytes)
 // that divides every address and row length involved, so that awkward widths still copy with the
-// widest access their layout allows.
+// widest access their layout allows. And zeroing a padded round's rows that belong to no node.
 #include "kernels/bf16x8.cuh"
 #include "kernels/dense.h"
 
@@ -55,7 +55,42 @@ cudaError_t copy_rows(const void* src, void* dst, const int32_t* src_rows, int64
   return cudaGetLastError();
 }
 
+// A warp takes 32 rows: each lane loads one row's node, and the warp zeroes the rows of none
+// (a padded round's tail) together, so that a round without padding costs one load a row.
+template <class U>
+__global__ void zero_rows_of_no_node_kernel(char* x, int64_t rows, int64_t units,
+                                            const int32_t* token_node) {
+  const int warps = int(blockDim.x) / 32, lane = int(threadIdx.x) % 32;
+  for (int64_t r0 = (int64_t(blockIdx.x) * warps + int(threadIdx.x) / 32) * 32; r0 < rows;
+       r0 += int64_t(gridDim.x) * warps * 32) {
+    const bool none = r0 + lane < rows && token_node[r0 + lane] < 0;
+    for (uint32_t pad = __ballot_sync(0xffffffffu, none); pad != 0; pad &= pad - 1) {
+      U* row = reinterpret_cast<U*>(x) + (r0 + __ffs(int(pad)) - 1) * units;
+      for (int64_t u = lane; u < units; u += 32) row[u] = U{};
+    }
+  }
+}
+
+template <class U>
+cudaError_t launch_zero(void* x, int64_t rows, int64_t bytes, const int32_t* token_node,
+                        cudaStream_t stream) {
+  constexpr int threads = 256;
+  zero_rows_of_no_node_kernel<U><<<detail::blocks_for(rows, threads), threads, 0, stream>>>(
+      static_cast<char*>(x), rows, bytes / int64_t(sizeof(U)), token_node);
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t zero_rows_of_no_node(bf16* x, int64_t rows, int64_t cols, const int32_t* token_node,
+                                 cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  if (!token_node) return cudaErrorInvalidValue;
+  const int64_t bytes = cols * int64_t(sizeof(bf16));
+  if ((uint64_t(bytes) | reinterpret_cast<uintptr_t>(x)) % 16 == 0)
+    return launch_zero<uint4>(x, rows, bytes, token_node, stream);
+  return launch_zero<uint16_t>(x, rows, bytes, token_node, stream);
+}
 
 cudaError_t embed(const int32_t* ids, const bf16* table, bf16* out, int64_t T, int64_t H,
                   cudaStream_t stream) {

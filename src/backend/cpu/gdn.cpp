@@ -290,6 +290,9 @@ void CpuOps<T>::gdn(View q, View k, View v, View g, View beta, View state, View 
               "cols q ", q.cols, " k ", k.cols, " v ", v.cols, " g ", g.cols, " out ", out.cols);
   FLIDE_CHECK(state.cols == heads_v * Dk * Dv && state.rows >= stream_.n_slots, "state [",
               state.rows, ", ", state.cols, "]");
+  if (level == 0)  // padding rows (stream.h), which no level's nodes cover
+    std::fill(ptr(out) + (T_rows - stream_.pad_tokens) * out.cols, ptr(out) + T_rows * out.cols,
+              T(0));
   int32_t n_begin, n_end;
   level_range(level, &n_begin, &n_end);
   const int group = heads_v / heads_k;

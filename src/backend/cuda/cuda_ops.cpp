@@ -262,10 +262,18 @@ void CudaOps::run_attention(const char* name, View q, const View* gate, View k, 
   const bool all = which == Rows::Rows_all;
   const kernels::AttentionSplit split = out_rows_split(which, R, heads_q, head_dim);
   if (!op_begin({q, k, v, out, gate ? *gate : View{}}, {int64_t(which), heads_q, heads_kv})) return;
-  launched(kernels::tree_attention(qp, kp, vp, op, rows_ptr(which), R, meta_,
-                                   all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
-                                   heads_q, heads_kv, head_dim, float(scale), stream_, g, split),
-           name);
+  cudaError_t err = kernels::tree_attention(
+      qp, kp, vp, op, rows_ptr(which), R, meta_, all ? plan_all_ : plan_out_,
+      all ? tiles_all_ : tiles_out_, heads_q, heads_kv, head_dim, float(scale), stream_, g, split);
+  if (err == cudaSuccess && all) err = zero_padding_rows(op, out.cols);
+  launched(err, name);
+}
+
+// Not needed for the padding out rows (Rows_out): nothing reads what they hold, since the padding
+// select entries read out row 0.
+cudaError_t CudaOps::zero_padding_rows(bf16* out, int64_t cols) {
+  if (!padded_) return cudaSuccess;
+  return kernels::zero_rows_of_no_node(out, meta_.n_tokens, cols, meta_.token_node, stream_);
 }
 
 // attention_query's pass without its gate copy, then the attention with the gate in its store
@@ -301,6 +309,7 @@ void CudaOps::gated_attention(View qg, View q_norm, View k, View v, View out, Ro
                                   all ? plan_all_ : plan_out_, all ? tiles_all_ : tiles_out_,
                                   heads_q, heads_kv, head_dim, float(scale), stream_,
                                   kernels::AttentionGate{qgp + hd, qg.cols, 2 * hd}, split);
+  if (err == cudaSuccess && all) err = zero_padding_rows(op, out.cols);
   launched(err, "gated_attention");
 }
 
@@ -528,9 +537,10 @@ void CudaOps::gdn(View q, View k, View v, View g, View beta, View state, View ou
   if (T == 0) return;
   grow(gdn_workspace_, gdn_workspace_cap_, kernels::gdn_workspace_bytes(T, heads_v), "gdn");
   if (!op_begin({q, k, v, g, beta, state, out}, {level, heads_k, heads_v})) return;
-  launched(kernels::gdn_chunked(qp, kp, vp, gp, betap, sp, op, gdn_workspace_, heads_k, heads_v,
-                                dim_k, dim_v, level, meta_, stream_),
-           "gdn");
+  cudaError_t err = kernels::gdn_chunked(qp, kp, vp, gp, betap, sp, op, gdn_workspace_, heads_k,
+                                         heads_v, dim_k, dim_v, level, meta_, stream_);
+  if (err == cudaSuccess && level == 0) err = zero_padding_rows(op, out.cols);
+  launched(err, "gdn");
 }
 
 void CudaOps::gated_rmsnorm(View o, View z, View w, View out, double eps) {

@@ -199,6 +199,9 @@ class CudaOps final : public Ops {
   // The keys' split for an attention over `which` rows (cuda_ops.cpp), its records in scratch;
   // none for every row.
   kernels::AttentionSplit out_rows_split(Rows which, int64_t R, int heads_q, int head_dim);
+  // A tree op's output [T, cols] on a padded round: zeros on the rows of no node (stream.h),
+  // which the op's kernels skip. Part of the op that calls it, and of its graph.
+  cudaError_t zero_padding_rows(__nv_bfloat16* out, int64_t cols);
   // attention and attention_gated (gate: nullptr, or the packed gate).
   void run_attention(const char* name, View q, const View* gate, View k, View v, View out,
                      Rows which, int heads_q, int heads_kv, int head_dim, double scale);
@@ -371,6 +374,7 @@ class CudaOps final : public Ops {
   int32_t tiles_all_ = 0, tiles_out_ = 0;
   int32_t n_levels_ = 0, n_slots_ = 0, n_out_ = 0, n_select_ = 0;
   bool window_in_place_ = false;  // some node reads and writes the same slot
+  bool padded_ = false;           // Stream::padded: rows of no node may follow the real ones
   int32_t max_token_id_ = -1, max_select_id_ = -1;
 
   // Device scratch of the chunked delta rule (kernels::gdn_workspace_bytes): nothing in it

@@ -164,6 +164,7 @@ void CudaOps::set_stream(const Stream& s) {
 
   n_levels_ = L;
   n_slots_ = s.n_slots;
+  padded_ = padded;
   window_in_place_ = std::any_of(s.nodes.begin(), s.nodes.end(), [](const StreamNode& n) {
     return n.slot_in >= 0 && n.slot_in == n.slot_out;
   });
