@@ -18,13 +18,19 @@ __host__ __device__ __forceinline__ float fp8_scale(float amax) {
   return amax > 0.f ? amax / kE4m3Max : 1.f;
 }
 
-// The scale of a group that each kLanes consecutive lanes hold (a row a warp: 32), from each
-// lane's largest magnitude: every lane of the group gets it. All 32 lanes call it.
+// The largest magnitude of a group that each kLanes consecutive lanes hold (a row a warp: 32),
+// from each lane's: every lane of the group gets it. All 32 lanes call it.
 template <int kLanes = 32>
-__device__ __forceinline__ float fp8_row_scale(float amax) {
+__device__ __forceinline__ float group_amax(float amax) {
 #pragma unroll
   for (int o = kLanes / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  return fp8_scale(amax);
+  return amax;
+}
+
+// The scale of such a group.
+template <int kLanes = 32>
+__device__ __forceinline__ float fp8_row_scale(float amax) {
+  return fp8_scale(group_amax<kLanes>(amax));
 }
 
 // f times inv as 8 e4m3 bytes at q (8-byte aligned).

@@ -54,8 +54,7 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
     for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(f[k]));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  amax = detail::group_amax(amax);
   if (t % 32 == 0) warp_max[t / 32] = amax;
   __syncthreads();
   amax = 0.f;

@@ -4,12 +4,15 @@
 // 16/24/32/64/128/256 and grouped KV heads, for every row (Rows_all, the plan over the whole
 // stream) and for the out rows (Rows_out, the last layer's selective readout); and gated attention
 // (the query side, attention and the output gate, the gate applied in the attention's store).
+// On a stream padded to its capacity bucket, the ops over every row write zeros to the padding
+// rows (backend/stream.h).
 #include <random>
 #include <set>
 #include <string>
 #include <tuple>
 
 #include "cuda_test_util.h"
+#include "engine/round_capacity.h"
 #include "kernels/dense.h"
 
 namespace flide::test {
@@ -184,6 +187,49 @@ INSTANTIATE_TEST_SUITE_P(Trees, CudaGatedAttention,
                            return cat(std::get<0>(info.param).name, "_q", a.heads, "_kv",
                                       a.heads_kv, "_hd", a.head_dim, "_rot", a.rot_dim);
                          });
+
+// ---- padded rounds ----
+
+class CudaAttentionPadded : public CudaTestWithParam<int> {};
+
+// A stream padded to its capacity bucket (engine/round_capacity.h), outputs poisoned: attention,
+// attention_gated and gated_attention over every row match the reference on the real rows and
+// leave zeros on the padding rows, as the CPU backend does.
+TEST_P(CudaAttentionPadded, PaddingRowsAreZeros) {
+  const int hd = GetParam(), hq = 4, hkv = 2, rot = hd / 4;
+  std::mt19937 gen{std::random_device{}()};
+  const Stream base = build_stream(tree_cases()[3].nodes, 0, gen);
+  const Stream s = pad_stream(base, *capacity_for(base, 1 << 20));
+  ASSERT_GT(s.pad_tokens, 0);
+  const int64_t T = s.n_tokens(), Cq = int64_t(hq) * hd, Ckv = int64_t(hkv) * hd;
+  const double scale = 1.0 / std::sqrt(double(hd)), eps = 1e-6, theta = 1e7;
+  Pair p;
+  p.set_stream(s);
+  auto norm = p.put(1, hd, random_floats(gen, hd, -0.5, 0.5));
+  auto k = p.put(T, Ckv, random_floats(gen, T * Ckv, -2, 2));
+  auto v = p.put(T, Ckv, random_floats(gen, T * Ckv, -1, 1));
+  auto q = p.put(T, Cq, random_floats(gen, T * Cq, -2, 2));
+  auto gate = p.put(T, Cq, random_floats(gen, T * Cq, -2, 2));
+  auto qg = p.put(T, 2 * Cq, random_floats(gen, T * 2 * Cq, -2, 2));
+  auto out = p.poison(T, Cq), gated = p.poison(T, Cq), fused = p.poison(T, Cq);
+  p.both([&](Ops& ops, auto side) {
+    ops.attention(side(q), side(k), side(v), side(out), Rows::Rows_all, hq, hkv, hd, scale);
+    ops.attention_gated(side(q), side(gate), side(k), side(v), side(gated), Rows::Rows_all, hq, hkv,
+                        hd, scale);
+    ops.gated_attention(side(qg), side(norm), side(k), side(v), side(fused), Rows::Rows_all, hq,
+                        hkv, hd, rot, theta, eps, scale);
+  });
+  const std::string context = cat("hd ", hd, ", ", s.pad_tokens, " padding rows");
+  using Named = std::pair<const char*, Pair::Buf>;
+  for (const auto& [name, buf] : {Named{"attention", out}, Named{"attention_gated", gated},
+                                  Named{"gated_attention", fused}}) {
+    expect_rms(name, p.got(buf), p.ref(buf), kTolBf16, context);
+    expect_zero_rows(name, p.got(buf), T - s.pad_tokens, Cq);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionPadded, ::testing::Values(64, 128, 256),
+                         [](const auto& info) { return cat("hd", info.param); });
 
 // ---- a layer's projections: the products, the query side and the key side ----
 

@@ -152,6 +152,15 @@ inline void expect_rms(const std::string& op, const Vec& got, const Vec& ref, do
   record(op, err, tolerance);
 }
 
+// The rows from `first` on of a host copy of [rows, cols] are exactly zero (a padded round's
+// tail, which the tree ops write as zeros: backend/stream.h).
+inline void expect_zero_rows(const std::string& op, const Vec& got, int64_t first, int64_t cols) {
+  int64_t nonzero = 0;
+  for (size_t i = size_t(first * cols); i < got.size(); ++i) nonzero += got[i] != 0.0;
+  EXPECT_EQ(nonzero, 0) << op << ": elements of the padding rows from row " << first
+                        << " that are not zero";
+}
+
 // Exact equality (NaN == NaN), for pure data movement.
 inline void expect_exact(const std::string& op, const Vec& got, const Vec& ref,
                          const std::string& context = "") {

@@ -4,7 +4,9 @@
 // 16x24, 8x12 (the golden_gqa checkpoint) and 128x128 (the real models), grouped value heads,
 // initial state slots and in-place slots. The CUDA backend runs the chunked kernel for both
 // forms, so the recurrent case checks it against the CPU's token-by-token recurrence. Outputs,
-// windows and fresh slots start as NaN on both sides.
+// windows and fresh slots start as NaN on both sides. Padded streams (a round padded to its
+// capacity bucket, engine/round_capacity.h) give the delta rule NaN inputs on their padding rows,
+// which no real row may read, and must leave its output's padding rows zero (backend/stream.h).
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -13,6 +15,7 @@
 #include <tuple>
 
 #include "cuda_test_util.h"
+#include "engine/round_capacity.h"
 
 namespace flide::test {
 namespace {
@@ -234,12 +237,13 @@ struct GdnCase {
   TreeCase tree;
   GdnShape shape;
   GdnForm form = GdnForm::GdnForm_chunked;
-  double g_lo = -0.6;  // g ~ U(g_lo, -0.01): per-token decay exp(g)
+  double g_lo = -0.6;   // g ~ U(g_lo, -0.01): per-token decay exp(g)
+  bool padded = false;  // the stream padded to its capacity bucket
 };
 
 void PrintTo(const GdnCase& c, std::ostream* os) {
   *os << c.tree.name << " " << c.shape.heads_k << "/" << c.shape.heads_v << " " << c.shape.dim_k
-      << "x" << c.shape.dim_v;
+      << "x" << c.shape.dim_v << (c.padded ? " padded" : "");
 }
 
 class CudaGdn : public CudaTestWithParam<GdnCase> {};
@@ -250,16 +254,26 @@ TEST_P(CudaGdn, OutputsAndStateSlots) {
   const GdnCase& c = GetParam();
   const auto [Hk, Hv, Dk, Dv] = c.shape;
   std::mt19937 gen{uint32_t(c.tree.nodes.size() * 7 + Hk * 131 + Hv * 17 + Dk + Dv)};
-  const Stream s = build_stream(c.tree.nodes, c.tree.n_initial_slots, gen);
+  Stream s = build_stream(c.tree.nodes, c.tree.n_initial_slots, gen);
+  if (c.padded) {
+    s = pad_stream(s, *capacity_for(s, 1 << 20));
+    ASSERT_GT(s.pad_tokens, 0);
+  }
   const int64_t T = s.n_tokens(), Ck = int64_t(Hk) * Dk, Cv = int64_t(Hv) * Dv;
   const int64_t S = int64_t(Hv) * Dk * Dv, slots = std::max(s.n_slots, 1);
+  // NaN on the padding rows' inputs, which no real row may read.
+  const auto real = [&](std::vector<float> host, int64_t cols) {
+    std::fill(host.end() - s.pad_tokens * cols, host.end(),
+              std::numeric_limits<float>::quiet_NaN());
+    return host;
+  };
   Pair p;
   p.set_stream(s);
-  auto q = p.put(T, Ck, unit_rows(random_floats(gen, T * Ck, -1, 1), Dk));
-  auto k = p.put(T, Ck, unit_rows(random_floats(gen, T * Ck, -1, 1), Dk));
-  auto v = p.put(T, Cv, random_floats(gen, T * Cv, -1, 1));
-  auto g = p.put(T, Hv, random_floats(gen, T * Hv, c.g_lo, -0.01), true);
-  auto beta = p.put(T, Hv, random_floats(gen, T * Hv, 0.05, 0.95), true);
+  auto q = p.put(T, Ck, real(unit_rows(random_floats(gen, T * Ck, -1, 1), Dk), Ck));
+  auto k = p.put(T, Ck, real(unit_rows(random_floats(gen, T * Ck, -1, 1), Dk), Ck));
+  auto v = p.put(T, Cv, real(random_floats(gen, T * Cv, -1, 1), Cv));
+  auto g = p.put(T, Hv, real(random_floats(gen, T * Hv, c.g_lo, -0.01), Hv), true);
+  auto beta = p.put(T, Hv, real(random_floats(gen, T * Hv, 0.05, 0.95), Hv), true);
   auto state = p.put(slots, S, initial_slots(gen, s, c.tree.n_initial_slots, S, -0.5, 0.5), true);
   auto out = p.poison(T, Cv);
   for (int level = 0; level < s.n_levels(); ++level)
@@ -272,6 +286,7 @@ TEST_P(CudaGdn, OutputsAndStateSlots) {
   std::ostringstream context;
   PrintTo(c, &context);
   expect_rms(label + " out", p.got(out), p.ref(out), kTolBf16, context.str());
+  if (c.padded) expect_zero_rows(label + " out", p.got(out), T - s.pad_tokens, Cv);
   if (s.n_slots > 0)
     expect_rms(label + " state", first_slots(p.got(state), s.n_slots, S),
                first_slots(p.ref(state), s.n_slots, S), kTolState, context.str());
@@ -297,6 +312,9 @@ std::vector<GdnCase> gdn_cases() {
   // Strong decay: in-chunk cumulative g reaches ~-250, where exp(gamma) underflows in fp32.
   cases.push_back({tree_cases()[2], {1, 2, 16, 24}, GdnForm::GdnForm_chunked, -8.0});
   cases.push_back({tree_cases()[2], {2, 4, 128, 128}, GdnForm::GdnForm_chunked, -8.0});
+  for (int t : {2, 3})
+    for (GdnShape shape : {GdnShape{1, 2, 16, 24}, GdnShape{2, 4, 128, 128}})
+      cases.push_back({tree_cases()[t], shape, GdnForm::GdnForm_chunked, -0.6, true});
   return cases;
 }
 
@@ -304,7 +322,7 @@ INSTANTIATE_TEST_SUITE_P(Trees, CudaGdn, ::testing::ValuesIn(gdn_cases()), [](co
   const GdnCase& c = info.param;
   return cat(c.tree.name, "_", c.shape.heads_k, "_", c.shape.heads_v, "_", c.shape.dim_k, "x",
              c.shape.dim_v, c.form == GdnForm::GdnForm_recurrent ? "_recurrent" : "",
-             c.g_lo < -1 ? "_strong_decay" : "");
+             c.g_lo < -1 ? "_strong_decay" : "", c.padded ? "_padded" : "");
 });
 
 }  // namespace
