@@ -6,13 +6,13 @@
 // residual stays finite. Checked on three layers of the 0.8B model's widths (attention, delta
 // rule, attention: the head-256 attention and the key-128 delta rule, whose loads run past a
 // block's end), in bf16 and FP8: with every byte of scratch set to 0xFF (NaN in bf16, f32 and
-// e4m3) before it, a padded round gives the bits of a clean one, eager, captured and replayed.
+// e4m3) before it, a padded round gives the bits of a clean one, eager, captured and replayed
+// (for another round of the bucket, with other padding).
 // Each mixer comes before an attention, so a padding row that either left non-finite would reach
 // a real row.
 #include <gtest/gtest.h>
 
 #include <random>
-#include <string>
 
 #include "backend/cuda/cuda_ops.h"
 #include "common/random_trees.h"
@@ -35,27 +35,42 @@ TEST_P(CudaPadding, ScratchOfNaNReachesNoAnswer) {
                                       *ops, 5);
   const int64_t vocab = model->info().vocab_size;
   std::mt19937 rng(std::random_device{}());
-  // The last question ends short of a key block, so the attention's reads run into the padding.
-  const std::vector<Tree> trees = {choice_tree(rng, vocab, 700, 5, 37),
-                                   choice_tree(rng, vocab, 211, 3, 53)};
-  int32_t tokens = 0;
-  for (const Tree& tree : trees)
-    for (const TreeNode& node : tree.nodes) tokens += int32_t(node.tokens.size());
-  ASSERT_GT(token_bucket(tokens), tokens) << "the round must have padding rows";
+  // Two rounds of one bucket with different padding (1,255 and 1,240 rows of 1,280): the second
+  // replays the first's graph, whose zeroing must find the second's padding rows on the device.
+  // Their last questions end short of a key block, so the attention's reads run into the padding.
+  const std::vector<std::vector<Tree>> rounds = {
+      {choice_tree(rng, vocab, 700, 5, 37), choice_tree(rng, vocab, 211, 3, 53)},
+      {choice_tree(rng, vocab, 700, 5, 37), choice_tree(rng, vocab, 211, 3, 48)}};
+  for (const auto& trees : rounds) {
+    int32_t tokens = 0;
+    for (const Tree& tree : trees)
+      for (const TreeNode& node : tree.nodes) tokens += int32_t(node.tokens.size());
+    ASSERT_EQ(token_bucket(tokens), 1280) << tokens << " rows";
+  }
 
   RoundPolicy padded;
   padded.pad_to_buckets = true;
-  const auto run = [&](bool graphs) {
+  const auto run = [&](const std::vector<Tree>& trees, bool graphs) {
     EXPECT_EQ(ops->set_graphs(graphs), graphs);
     Executor exec(*model, padded);
     return exec.run(trees, ExecMode::ExecMode_fork);
   };
-  const auto clean = run(false);
-  for (const std::string what : {"eager", "captured", "replayed"}) {
+  const std::vector<std::vector<TreeResult>> clean = {run(rounds[0], false), run(rounds[1], false)};
+  struct Pass {
+    const char* what;
+    size_t round;
+    bool graphs;
+  };
+  for (const Pass& pass : {Pass{"eager", 0, false}, Pass{"captured", 0, true},
+                           Pass{"replayed for the other round", 1, true}}) {
     cuda->fill_scratch(0xFF);
-    const auto poisoned = run(what != "eager");
-    for (size_t t = 0; t < trees.size(); ++t)
-      expect_same_bits(poisoned[t], clean[t], cat(what, " round, tree ", t));
+    const int64_t replays = cuda->graph_stats().replayed;
+    const auto poisoned = run(rounds[pass.round], pass.graphs);
+    if (pass.round == 1) {
+      EXPECT_EQ(cuda->graph_stats().replayed, replays + 1);
+    }
+    for (size_t t = 0; t < poisoned.size(); ++t)
+      expect_same_bits(poisoned[t], clean[pass.round][t], cat(pass.what, ", tree ", t));
   }
 }
 
