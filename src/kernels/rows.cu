@@ -56,7 +56,7 @@ cudaError_t copy_rows(const void* src, void* dst, const int32_t* src_rows, int64
 }
 
 // A warp takes 32 rows: each lane loads one row's node, and the warp zeroes the rows of none
-// (a padded round's tail) together, so that a round without padding costs one load a row.
+// (a padded round's tail) together, so that a real row costs one load.
 template <class U>
 __global__ void zero_rows_of_no_node_kernel(char* x, int64_t rows, int64_t units,
                                             const int32_t* token_node) {
