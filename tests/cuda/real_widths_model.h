@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/error.h"
@@ -18,10 +19,7 @@ namespace flide::test {
 // layer_types: the config's JSON list, e.g. R"(["linear_attention", "full_attention"])".
 inline std::unique_ptr<Model> load_real_widths_model(const std::string& layer_types, Ops& ops,
                                                      uint64_t seed) {
-  int layers = 0;  // one "..._attention" a layer
-  for (size_t at = layer_types.find("attention"); at != std::string::npos;
-       at = layer_types.find("attention", at + 1))
-    ++layers;
+  const size_t layers = nlohmann::json::parse(layer_types).size();
   const std::filesystem::path config = std::filesystem::temp_directory_path() /
                                        cat("flide_real_widths_", ::getpid(), "_", seed, ".json");
   std::ofstream(config) << R"({
