@@ -7,7 +7,7 @@
 // rule, attention: the head-256 attention and the key-128 delta rule, whose loads run past a
 // block's end), in bf16 and FP8: with every byte of scratch set to 0xFF (NaN in bf16, f32 and
 // e4m3) before it, a padded round gives the bits of a clean one, eager, captured and replayed
-// (for another round of the bucket, with other padding).
+// (for another round of the bucket, with other padding), and so does an unpadded round.
 // Each mixer comes before an attention, so a padding row that either left non-finite would reach
 // a real row.
 #include <gtest/gtest.h>
@@ -49,9 +49,9 @@ TEST_P(CudaPadding, ScratchOfNaNReachesNoAnswer) {
 
   RoundPolicy padded;
   padded.pad_to_buckets = true;
-  const auto run = [&](const std::vector<Tree>& trees, bool graphs) {
+  const auto run = [&](const std::vector<Tree>& trees, bool graphs, bool pad = true) {
     EXPECT_EQ(ops->set_graphs(graphs), graphs);
-    Executor exec(*model, padded);
+    Executor exec(*model, pad ? padded : RoundPolicy{});
     return exec.run(trees, ExecMode::ExecMode_fork);
   };
   const std::vector<std::vector<TreeResult>> clean = {run(rounds[0], false), run(rounds[1], false)};
@@ -71,6 +71,12 @@ TEST_P(CudaPadding, ScratchOfNaNReachesNoAnswer) {
     for (size_t t = 0; t < poisoned.size(); ++t)
       expect_same_bits(poisoned[t], clean[pass.round][t], cat(pass.what, ", tree ", t));
   }
+  // Nor does an unpadded round read scratch that no op of it wrote.
+  const auto unpadded = run(rounds[0], false, false);
+  cuda->fill_scratch(0xFF);
+  const auto poisoned = run(rounds[0], false, false);
+  for (size_t t = 0; t < poisoned.size(); ++t)
+    expect_same_bits(poisoned[t], unpadded[t], cat("unpadded, tree ", t));
 }
 
 INSTANTIATE_TEST_SUITE_P(Quantizations, CudaPadding,
