@@ -5,8 +5,11 @@
 // gathered rows). Checked:
 //   - graph replays give the eager rounds' bits (the norms' FP8 buffer is captured like the
 //     rest);
-//   - forked and independent questions agree as closely as bf16's do (the same rounding-order
-//     differences: median TVD well under 0.01);
+//   - forked questions are as near bf16's answers as independent ones are (within a small
+//     multiple, as CudaModel holds fork to independent): the two modes round in different
+//     orders (GDN chunk boundaries, GEMM shapes), and a bf16 bit that differs moves an e4m3
+//     rounding step, so their median TVD from each other is of FP8's own order (0.004-0.011 over
+//     five draws of trees on an H100), where a wrong row, slot or visibility moves it by 0.3+;
 //   - FP8 against bf16: the operands' 3-bit mantissas move the distributions (median TVD ~0.01
 //     for these two layers), and a broken path would move them by their own order (0.3+).
 #include <gtest/gtest.h>
@@ -74,16 +77,16 @@ TEST(CudaFp8Model, GraphsKeepTheBitsForkAgreesAndBf16IsNear) {
   ASSERT_FALSE(fork.empty());
   for (const auto& p : fork)
     for (double x : p) ASSERT_TRUE(std::isfinite(x));
-  const double fork_indep = median_tvd(fork, indep), fp8_bf16 = median_tvd(fork, bf16);
+  const double fork_indep = median_tvd(fork, indep), fp8_bf16 = median_tvd(fork, bf16),
+               indep_bf16 = median_tvd(indep, bf16);
   int top1 = 0;
   for (size_t i = 0; i < fork.size(); ++i) top1 += argmax(fork[i]) == argmax(bf16[i]);
-  EXPECT_LE(fork_indep, 0.01);
+  EXPECT_LT(fp8_bf16, 3 * indep_bf16 + 0.01);
   EXPECT_LE(fp8_bf16, 0.1);
   CudaReport::lines().push_back(cat("fp8 model (2 layers of 0.8B widths): ", fork.size(),
-                                    " choices, median TVD fork vs "
-                                    "independent ",
-                                    fork_indep, ", fp8 vs bf16 ", fp8_bf16, ", top-1 same as bf16 ",
-                                    top1, " of ", fork.size()));
+                                    " choices, median TVD fork vs independent ", fork_indep,
+                                    ", fp8 vs bf16 ", fp8_bf16, " (independent ", indep_bf16,
+                                    "), top-1 same as bf16 ", top1, " of ", fork.size()));
 }
 
 }  // namespace
