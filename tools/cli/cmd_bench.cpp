@@ -84,7 +84,9 @@ options:
                       (no effect on cpu, which has no graphs)
   --quantization fp8  cuda only: the fused products (MLP gate/up, GDN q/k/v and z, attention
                       q/k/v) on FP8 e4m3 operands with per-row scales, as vLLM's
-                      --quantization fp8; the output projections stay bf16
+                      --quantization fp8; the MLP's down and the GDN out projections on FP8
+                      blocks (a scale per 128 values); the attention's output projection
+                      and the LM head stay bf16
   --batch-invariant   the serving mode whose results do not depend on the round's other
                       requests (flide serve --batch-invariant), to time what it costs
   --json              one JSON line instead of the table
