@@ -19,21 +19,33 @@ namespace flide::test {
 // layer_types: the config's JSON list, e.g. R"(["linear_attention", "full_attention"])".
 inline std::unique_ptr<Model> load_real_widths_model(const std::string& layer_types, Ops& ops,
                                                      uint64_t seed) {
-  const size_t layers = nlohmann::json::parse(layer_types).size();
+  const nlohmann::json types = nlohmann::json::parse(layer_types);
+  const nlohmann::json text_config = {
+      {"architectures", nlohmann::json::array({"Qwen3_5ForCausalLM"})},
+      {"model_type", "qwen3_5_text"},
+      {"dtype", "bfloat16"},
+      {"vocab_size", 4096},
+      {"hidden_size", 1024},
+      {"intermediate_size", 3584},
+      {"num_hidden_layers", types.size()},
+      {"num_attention_heads", 8},
+      {"num_key_value_heads", 2},
+      {"head_dim", 256},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", 262144},
+      {"rms_norm_eps", 1e-06},
+      {"tie_word_embeddings", true},
+      {"rope_parameters",
+       {{"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25}, {"rope_type", "default"}}},
+      {"linear_conv_kernel_dim", 4},
+      {"linear_key_head_dim", 128},
+      {"linear_value_head_dim", 128},
+      {"linear_num_key_heads", 16},
+      {"linear_num_value_heads", 16},
+      {"layer_types", types}};
   const std::filesystem::path config = std::filesystem::temp_directory_path() /
                                        cat("flide_real_widths_", ::getpid(), "_", seed, ".json");
-  std::ofstream(config) << R"({
-  "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "dtype": "bfloat16",
-  "vocab_size": 4096, "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": )"
-                        << layers << R"(,
-  "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256, "hidden_act": "silu",
-  "max_position_embeddings": 262144, "rms_norm_eps": 1e-06, "tie_word_embeddings": true,
-  "rope_parameters": {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-                      "rope_type": "default"},
-  "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-  "linear_num_key_heads": 16, "linear_num_value_heads": 16,
-  "layer_types": )" << layer_types
-                        << "}";
+  std::ofstream(config) << text_config.dump(2);
   auto model = load_model_random(config, ops, seed);
   std::filesystem::remove(config);
   return model;
