@@ -22,7 +22,7 @@ TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
                                       ("flide_bench_serve_" + std::to_string(getpid()) + ".jsonl");
   const std::string out =
       run_command(std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() +
-                  " --workload race_one --clients 1,3 --duration 1 --warmup 1 --api-key k" +
+                  " --workload race_one --clients 1,3 --duration 2 --warmup 1 --api-key k" +
                   " --save-requests " + saved.string() + " --json")
           .output;
   const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
@@ -89,9 +89,12 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
       ("flide_bench_serve_open_" + std::to_string(getpid()) + ".jsonl");
   const std::string bench =
       std::string(FLIDE_BINARY) + " bench-serve --url " + server.url() + " --workload race_one";
-  // Rates the tiny model serves with room to spare on a 2-core machine (~15 requests/s).
+  // Rates the tiny model serves with room to spare on an idle 2-core machine (~15 requests/s).
+  // Under `ctest -j8` on 2 cores it may not keep up, so the rate is checked on the arrivals,
+  // not on the answers the window saw complete.
+  const double warmup_s = 1, duration_s = 4;
   const std::string out =
-      run_command(bench + " --duration 4 --warmup 1 --request-rate 8,4" + " --max-concurrency 16" +
+      run_command(bench + " --duration 4 --warmup 1 --request-rate 4,2" + " --max-concurrency 16" +
                   " --save-requests " + saved.string() + " --json")
           .output;
   const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
@@ -99,14 +102,12 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
   ASSERT_EQ(report["runs"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     const nlohmann::json& r = report["runs"][i];
-    const double rate = i == 0 ? 4 : 8;  // lowest load first
+    const double rate = i == 0 ? 2 : 4;  // lowest load first
     EXPECT_EQ(r["request_rate"].get<double>(), rate) << r;
     EXPECT_EQ(r["max_concurrency"], 16) << r;
     EXPECT_FALSE(r.contains("clients")) << r;
     EXPECT_EQ(r["failed"], 0) << r;
-    // The arrivals are drawn from --seed (0): the same on every run. Poisson counts over 4 s
-    // would be 16 +- 4 and 32 +- 6 (one standard deviation).
-    EXPECT_GT(r["requests_per_s"].get<double>(), 0.4 * rate) << r;
+    EXPECT_GT(r["requests_per_s"].get<double>(), 0) << r;
     EXPECT_LT(r["requests_per_s"].get<double>(), 1.8 * rate) << r;
     EXPECT_GE(r["connections"].get<int>(), 1) << r;
     EXPECT_LE(r["connections"].get<int>(), 16) << r;
@@ -126,7 +127,14 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
   ASSERT_EQ(arrivals.size(), 2u);
   for (auto& [rate, sent] : arrivals) {
     std::sort(sent.begin(), sent.end());
-    ASSERT_GT(sent.size(), 8u) << rate;
+    ASSERT_GT(sent.size(), 4u) << rate;
+    // The arrivals are drawn from --seed (0): the same on every run. Poisson counts over the 4 s
+    // window would be 8 +- 3 and 16 +- 4 (one standard deviation).
+    const auto in_window = std::count_if(sent.begin(), sent.end(), [&](const auto& a) {
+      return a.second >= warmup_s && a.second < warmup_s + duration_s;
+    });
+    EXPECT_GT(double(in_window), 0.4 * rate * duration_s) << rate;
+    EXPECT_LT(double(in_window), 1.8 * rate * duration_s) << rate;
     for (size_t i = 1; i < sent.size(); ++i)
       EXPECT_GE(sent[i].second, sent[i - 1].second) << "rate " << rate << ", k " << sent[i].first;
     const double mean_gap = (sent.back().second - sent.front().second) / double(sent.size() - 1);
@@ -134,8 +142,8 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
     EXPECT_LT(mean_gap * rate, 1.8) << rate;
   }
   const nlohmann::json& changes = report["top_answer_changes"];
-  EXPECT_EQ(changes["from_request_rate"].get<double>(), 4) << changes;
-  EXPECT_EQ(changes["to_request_rate"].get<double>(), 8) << changes;
+  EXPECT_EQ(changes["from_request_rate"].get<double>(), 2) << changes;
+  EXPECT_EQ(changes["to_request_rate"].get<double>(), 4) << changes;
   EXPECT_GT(changes["compared"].get<int>(), 0) << changes;
   EXPECT_EQ(changes["changed"], 0) << changes;
 
