@@ -92,9 +92,10 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
   // Rates the tiny model serves with room to spare on an idle 2-core machine (~15 requests/s).
   // Under `ctest -j8` on 2 cores it may not keep up, so the rate is checked on the arrivals,
   // not on the answers the window saw complete.
-  const double warmup_s = 1, duration_s = 4;
+  const int warmup_s = 1, duration_s = 4;
   const std::string out =
-      run_command(bench + " --duration 4 --warmup 1 --request-rate 4,2" + " --max-concurrency 16" +
+      run_command(bench + " --duration " + std::to_string(duration_s) + " --warmup " +
+                  std::to_string(warmup_s) + " --request-rate 4,2 --max-concurrency 16" +
                   " --save-requests " + saved.string() + " --json")
           .output;
   const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
@@ -114,17 +115,21 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
   }
   // Every request's arrival, in order of k; mean gaps of about 1/rate.
   std::map<double, std::vector<std::pair<int64_t, double>>> arrivals;  // rate -> (k, sent_s)
+  std::map<double, int> measured;  // rate -> answers the report counts
   std::ifstream lines(saved);
   for (std::string line; std::getline(lines, line);) {
     const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
     ASSERT_TRUE(r.is_object()) << line;
     EXPECT_FALSE(r.contains("clients")) << line;
     EXPECT_EQ(r["status"], 200) << line;
-    arrivals[r["request_rate"].get<double>()].emplace_back(r["k"].get<int64_t>(),
-                                                           r["sent_s"].get<double>());
+    const double rate = r["request_rate"].get<double>();
+    arrivals[rate].emplace_back(r["k"].get<int64_t>(), r["sent_s"].get<double>());
+    measured[rate] += r["measured"].get<bool>();
   }
   std::filesystem::remove(saved);
   ASSERT_EQ(arrivals.size(), 2u);
+  for (const nlohmann::json& r : report["runs"])
+    EXPECT_EQ(measured[r["request_rate"].get<double>()], r["requests"].get<int>()) << r;
   for (auto& [rate, sent] : arrivals) {
     std::sort(sent.begin(), sent.end());
     ASSERT_GT(sent.size(), 4u) << rate;
