@@ -21,7 +21,7 @@ inline std::unique_ptr<Model> load_real_widths_model(const std::string& layer_ty
                                                      uint64_t seed) {
   const nlohmann::json types = nlohmann::json::parse(layer_types);
   const nlohmann::json text_config = {
-      {"architectures", nlohmann::json::array({"Qwen3_5ForCausalLM"})},
+      {"architectures", {"Qwen3_5ForCausalLM"}},
       {"model_type", "qwen3_5_text"},
       {"dtype", "bfloat16"},
       {"vocab_size", 4096},
