@@ -37,6 +37,7 @@ TEST(BenchServe, ReportsEachClientCountAndTheAnswersThatChanged) {
     EXPECT_LE(r["p50_ms"].get<double>(), r["p99_ms"].get<double>()) << r;
     EXPECT_LE(r["p99_ms"].get<double>(), r["max_ms"].get<double>()) << r;
     EXPECT_GT(r["input_tokens_mean"].get<double>(), 0) << r;
+    EXPECT_FALSE(r.contains("unsent")) << r;  // open loop only
   }
   // --save-requests: every answered request, the measured ones being those the report counts.
   struct Seen {
@@ -128,8 +129,14 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
   }
   std::filesystem::remove(saved);
   ASSERT_EQ(arrivals.size(), 2u);
-  for (const nlohmann::json& r : report["runs"])
-    EXPECT_EQ(measured[r["request_rate"].get<double>()], r["requests"].get<int>()) << r;
+  // Every arrival was either sent, and answered (in flight at the end is waited for), or unsent.
+  for (const nlohmann::json& r : report["runs"]) {
+    const double rate = r["request_rate"].get<double>();
+    EXPECT_EQ(measured[rate], r["requests"].get<int>()) << r;
+    EXPECT_EQ(int64_t(arrivals[rate].size()) + r["unsent"].get<int64_t>(),
+              r["arrivals"].get<int64_t>())
+        << r;
+  }
   for (auto& [rate, sent] : arrivals) {
     std::sort(sent.begin(), sent.end());
     ASSERT_GT(sent.size(), 4u) << rate;
@@ -158,7 +165,18 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
           .output;
   const nlohmann::json one = nlohmann::json::parse(capped, nullptr, false);
   ASSERT_TRUE(one.is_object()) << capped;
-  EXPECT_EQ(one["runs"][0]["connections"], 1) << one;
+  const nlohmann::json& run = one["runs"][0];
+  EXPECT_EQ(run["connections"], 1) << one;
+  // ~200 arrivals in the second, far more than one connection gets answered: most are unsent,
+  // and the report says so.
+  const int64_t arrived = run["arrivals"].get<int64_t>(), unsent = run["unsent"].get<int64_t>();
+  EXPECT_GT(arrived, 80) << one;
+  EXPECT_LT(arrived, 360) << one;
+  EXPECT_GT(unsent, 0) << one;
+  EXPECT_LT(unsent, arrived) << one;
+  const std::string table =
+      run_command(bench + " --duration 1 --warmup 0 --request-rate 200 --max-concurrency 1").output;
+  EXPECT_NE(table.find("arrivals were never sent"), std::string::npos) << table;
 
   for (const char* flags : {"--clients 1 --request-rate 5", "--max-concurrency 4",
                             "--request-rate 0", "--request-rate 5,x", "--request-rate -3"}) {

@@ -62,7 +62,9 @@ options:
   --request-rate LIST   open loop instead: requests a second, comma-separated (e.g. 20,40.5);
                         a request's latency runs from its arrival
   --max-concurrency N   open loop: requests in flight at most, one connection each; arrivals
-                        beyond wait for one (default: 256)
+                        beyond wait for one (default: 256); those still waiting when the
+                        window ends are never sent, and reported as unsent; those still waiting when the
+                        window ends are never sent, and reported as unsent
   --duration S          measured seconds per level (default: 10)
   --warmup S            unmeasured seconds before each (default: 2)
   --route systemone|decisions
@@ -211,6 +213,10 @@ void print_json(const LoadPlan& plan, const std::string& workload, const std::ve
                      {"p99_ms", quantile(p.latency_ms, 0.99)},
                      {"max_ms", quantile(p.latency_ms, 1.0)},
                      {"input_tokens_mean", p.input_tokens}}));
+    if (p.level.clients == 0) {
+      run["arrivals"] = p.arrivals;
+      run["unsent"] = p.unsent;
+    }
     runs.push_back(std::move(run));
   }
   json out = {{"url", plan.url},
@@ -250,6 +256,12 @@ void print_table(const LoadPlan& plan, const std::string& workload,
                 double(p.requests) / plan.duration_s, double(p.questions) / plan.duration_s,
                 quantile(p.latency_ms, 0.5), quantile(p.latency_ms, 0.9),
                 quantile(p.latency_ms, 0.99), quantile(p.latency_ms, 1.0), p.input_tokens);
+  for (const Phase& p : phases)
+    if (p.unsent > 0)
+      std::printf("%s: %" PRId64 " of %" PRId64
+                  " arrivals were never sent: no connection was free when the window ended "
+                  "(--max-concurrency %d; the server fell behind the rate)\n",
+                  p.level.label().c_str(), p.unsent, p.arrivals, p.level.max_concurrency);
   if (changes)
     std::printf("top answers changed between %s and %s: %" PRId64 " of %" PRId64
                 " questions (%.2f%%); largest probability change %.3g\n",

@@ -108,9 +108,10 @@ void run_closed_loop(const LoadPlan& plan, int clients, Recorder& recorder) {
   for (std::thread& t : threads) t.join();
 }
 
-// Returns the connections it opened. Arrivals still waiting for a connection when the window
-// ends are dropped; requests in flight are waited for (they count only if in the window).
-int run_open_loop(const LoadPlan& plan, const LoadLevel& level, Recorder& recorder) {
+// Sets the phase's connections, arrivals and unsent. Arrivals still waiting for a connection
+// when the window ends are dropped; requests in flight are waited for (they count only if in
+// the window).
+void run_open_loop(const LoadPlan& plan, const LoadLevel& level, Recorder& recorder, Phase& phase) {
   struct Arrival {
     int64_t k;
     Clock::time_point at;
@@ -141,7 +142,10 @@ int run_open_loop(const LoadPlan& plan, const LoadLevel& level, Recorder& record
   Clock::time_point at = recorder.start();
   for (int64_t k = 0;; ++k) {
     at += seconds(gap(rng));
-    if (at >= recorder.end()) break;
+    if (at >= recorder.end()) {
+      phase.arrivals = k;
+      break;
+    }
     std::this_thread::sleep_until(at);
     {
       const std::lock_guard<std::mutex> lock(mutex);
@@ -155,11 +159,12 @@ int run_open_loop(const LoadPlan& plan, const LoadLevel& level, Recorder& record
   {
     const std::lock_guard<std::mutex> lock(mutex);
     closing = true;
+    phase.unsent = int64_t(waiting.size());
     waiting.clear();
   }
   wake.notify_all();
   for (std::thread& t : senders) t.join();
-  return int(senders.size());
+  phase.connections = int(senders.size());
 }
 
 }  // namespace
@@ -181,7 +186,7 @@ Phase run_level(const LoadPlan& plan, const LoadLevel& level) {
     run_closed_loop(plan, level.clients, recorder);
     phase.connections = level.clients;
   } else {
-    phase.connections = run_open_loop(plan, level, recorder);
+    run_open_loop(plan, level, recorder, phase);
   }
   recorder.finish();
   return phase;

@@ -6,7 +6,8 @@
 //     distributed intervals (Poisson arrivals, as vLLM's benchmark --request-rate draws them),
 //     each sent when it arrives on an idle connection, a new one opened when none is idle, up to
 //     --max-concurrency requests in flight (arrivals beyond wait for a connection). The load does
-//     not follow the server: past its capacity, latency grows for as long as the run lasts.
+//     not follow the server: past its capacity, latency grows for as long as the run lasts,
+//     and arrivals still waiting for a connection when the window ends are counted as unsent.
 // A request counts when it completes inside the measured window; its latency runs from when it
 // was sent (closed loop) or from its arrival (open loop, so a wait for a connection counts).
 // Request k of a level (k counts over the level) carries the tag "<run>-r<k>" and the text of
@@ -58,9 +59,12 @@ struct Phase {
   int64_t refused = 0;    // 429s in the window
   int64_t failed = 0;     // other failures in the window
   std::string first_failure;
-  double input_tokens = 0;         // mean usage.input_tokens of the 200s
-  int connections = 0;             // connections the level opened
-  std::vector<double> latency_ms;  // sorted
+  double input_tokens = 0;  // mean usage.input_tokens of the 200s
+  int connections = 0;      // connections the level opened
+  // Open loop: the level's arrivals (warm-up included), and those still waiting for a
+  // connection when the window ended, never sent (the server fell behind the rate).
+  int64_t arrivals = 0, unsent = 0;
+  std::vector<double> latency_ms;                               // sorted
   std::map<int64_t, std::vector<std::vector<double>>> answers;  // request k -> probabilities
   std::vector<RequestRecord> records;                           // in order of completion
 };
