@@ -63,7 +63,6 @@ options:
                         a request's latency runs from its arrival
   --max-concurrency N   open loop: requests in flight at most, one connection each; arrivals
                         beyond wait for one (default: 256); those still waiting when the
-                        window ends are never sent, and reported as unsent; those still waiting when the
                         window ends are never sent, and reported as unsent
   --duration S          measured seconds per level (default: 10)
   --warmup S            unmeasured seconds before each (default: 2)

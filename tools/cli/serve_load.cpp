@@ -109,8 +109,8 @@ void run_closed_loop(const LoadPlan& plan, int clients, Recorder& recorder) {
 }
 
 // Sets the phase's connections, arrivals and unsent. Arrivals still waiting for a connection
-// when the window ends are dropped; requests in flight are waited for (they count only if in
-// the window).
+// when the window ends are never sent (counted as unsent); requests in flight are waited for
+// (they count only if in the window).
 void run_open_loop(const LoadPlan& plan, const LoadLevel& level, Recorder& recorder, Phase& phase) {
   struct Arrival {
     int64_t k;
