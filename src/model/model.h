@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -87,5 +88,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Ops& ops);
 // tie_word_embeddings. For benchmarks: values are meaningless, costs are real.
 std::unique_ptr<Model> load_model_random(const std::filesystem::path& config_file, Ops& ops,
                                          uint64_t seed);
+// The same from a config already parsed (errors name it "the config").
+std::unique_ptr<Model> load_model_random(const nlohmann::json& config, Ops& ops, uint64_t seed);
 
 }  // namespace flide

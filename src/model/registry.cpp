@@ -38,16 +38,17 @@ nlohmann::json read_config(const std::filesystem::path& path) {
   return config;
 }
 
-const Factory& factory_for(const nlohmann::json& config, const std::filesystem::path& path) {
+// `where` names the config in errors: its quoted path, or "the config".
+const Factory& factory_for(const nlohmann::json& config, const std::string& where) {
   const auto it = config.find("architectures");
   if (it == config.end() || !it->is_array() || it->empty() || !(*it)[0].is_string())
-    throw Error(cat(path, ": \"architectures\" must be a non-empty array of strings"));
+    throw Error(cat(where, ": \"architectures\" must be a non-empty array of strings"));
   const std::string architecture = (*it)[0].get<std::string>();
   auto found = registry().find(architecture);
   if (found == registry().end()) {
     std::string known;
     for (const auto& [name, factory] : registry()) known += (known.empty() ? "" : ", ") + name;
-    throw Error(cat(path, ": architecture \"", architecture,
+    throw Error(cat(where, ": architecture \"", architecture,
                     "\" is not supported (supported: ", known, ")"));
   }
   return found->second;
@@ -65,13 +66,18 @@ bool tied_embeddings(const nlohmann::json& config) {
   return false;
 }
 
+std::unique_ptr<Model> random_model(const nlohmann::json& config, const std::string& where,
+                                    Ops& ops, uint64_t seed) {
+  return factory_for(config, where)(config, RandomWeights(seed, tied_embeddings(config)), ops);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Ops& ops) {
   if (!std::filesystem::is_directory(dir)) throw Error(cat("model directory ", dir, " not found"));
   const std::filesystem::path config_file = dir / "config.json";
   const nlohmann::json config = read_config(config_file);
-  const Factory& factory = factory_for(config, config_file);
+  const Factory& factory = factory_for(config, cat(config_file));
   const SafetensorsStore store = SafetensorsStore::open(dir);
   return factory(config, SafetensorsWeights(store), ops);
 }
@@ -80,9 +86,12 @@ std::unique_ptr<Model> load_model_random(const std::filesystem::path& config_fil
                                          uint64_t seed) {
   if (std::filesystem::is_directory(config_file))
     throw Error(cat(config_file, " is a directory; give the config.json file"));
-  const nlohmann::json config = read_config(config_file);
-  const Factory& factory = factory_for(config, config_file);
-  return factory(config, RandomWeights(seed, tied_embeddings(config)), ops);
+  return random_model(read_config(config_file), cat(config_file), ops, seed);
+}
+
+std::unique_ptr<Model> load_model_random(const nlohmann::json& config, Ops& ops, uint64_t seed) {
+  if (!config.is_object()) throw Error("the config: the top level must be a JSON object");
+  return random_model(config, "the config", ops, seed);
 }
 
 }  // namespace flide

@@ -3,15 +3,10 @@
 // caller's types and random weights, for the GPU tests of whole rounds.
 #pragma once
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/error.h"
 #include "model/model.h"
 
 namespace flide::test {
@@ -43,12 +38,7 @@ inline std::unique_ptr<Model> load_real_widths_model(const std::string& layer_ty
       {"linear_num_key_heads", 16},
       {"linear_num_value_heads", 16},
       {"layer_types", types}};
-  const std::filesystem::path config = std::filesystem::temp_directory_path() /
-                                       cat("flide_real_widths_", ::getpid(), "_", seed, ".json");
-  std::ofstream(config) << text_config.dump(2);
-  auto model = load_model_random(config, ops, seed);
-  std::filesystem::remove(config);
-  return model;
+  return load_model_random(text_config, ops, seed);
 }
 
 }  // namespace flide::test
