@@ -174,8 +174,11 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
   EXPECT_LT(arrived, 360) << one;
   EXPECT_GT(unsent, 0) << one;
   EXPECT_LT(unsent, arrived) << one;
+  // A window of half a second (--duration takes decimal seconds).
   const std::string table =
-      run_command(bench + " --duration 1 --warmup 0 --request-rate 200 --max-concurrency 1").output;
+      run_command(bench + " --duration 0.5 --warmup 0 --request-rate 200 --max-concurrency 1")
+          .output;
+  EXPECT_NE(table.find("workload race_one, 0.5 s per level"), std::string::npos) << table;
   EXPECT_NE(table.find("arrivals were never sent"), std::string::npos) << table;
 
   for (const char* flags : {"--clients 1 --request-rate 5", "--max-concurrency 4",
@@ -187,6 +190,14 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
                                                                      : "--request-rate"),
               std::string::npos)
         << flags << ": " << message;
+  }
+  for (const char* flags : {"--duration 0", "--duration 1s", "--warmup -1", "--warmup x"}) {
+    const auto [exit_code, message] = run_command(bench + " " + flags + " 2>&1");
+    EXPECT_EQ(exit_code, 2) << flags << ": " << message;
+    EXPECT_NE(message.find(std::string(flags).substr(0, std::string(flags).find(' ')) + ": \""),
+              std::string::npos)
+        << flags << ": " << message;
+    EXPECT_NE(message.find("is not a number of seconds"), std::string::npos) << message;
   }
   EXPECT_EQ(server.stop(SIGINT), 0) << server.stderr_text();
 }

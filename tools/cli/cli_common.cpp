@@ -210,6 +210,18 @@ int64_t parse_count(const std::optional<std::string>& value, const char* flag, i
   return n;
 }
 
+double parse_seconds(const std::optional<std::string>& value, const char* flag, double fallback,
+                     double minimum, double maximum) {
+  if (!value) return fallback;
+  double s = 0;
+  const char* end = value->data() + value->size();
+  const auto [ptr, ec] = std::from_chars(value->data(), end, s);
+  if (ec != std::errc() || ptr != end || !(s >= minimum && s <= maximum))
+    throw Error(cat("--", flag, ": \"", *value, "\" is not a number of seconds (", minimum, " to ",
+                    maximum, ")"));
+  return s;
+}
+
 uint64_t parse_seed(const std::optional<std::string>& value) {
   if (!value) return 0;
   size_t used = 0;

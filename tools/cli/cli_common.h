@@ -91,6 +91,11 @@ std::vector<std::string> split_list(const std::string& text);
 int64_t parse_count(const std::optional<std::string>& value, const char* flag, int64_t fallback,
                     int64_t minimum, int64_t maximum = 1000000);
 
+// A time flag in seconds (--duration, --warmup S): a decimal number in [minimum, maximum],
+// `fallback` when absent; Error naming the flag otherwise.
+double parse_seconds(const std::optional<std::string>& value, const char* flag, double fallback,
+                     double minimum, double maximum);
+
 // --seed: a non-negative integer, 0 when absent.
 uint64_t parse_seed(const std::optional<std::string>& value);
 

@@ -64,8 +64,8 @@ options:
   --max-concurrency N   open loop: requests in flight at most, one connection each; arrivals
                         beyond wait for one (default: 256); those still waiting when the
                         window ends are never sent, and reported as unsent
-  --duration S          measured seconds per level (default: 10)
-  --warmup S            unmeasured seconds before each (default: 2)
+  --duration S          measured seconds per level, e.g. 2.5 (default: 10; at least 0.1)
+  --warmup S            unmeasured seconds before each (default: 2; 0: none)
   --route systemone|decisions
                         POST /v1/systemone (default) or /v1/decisions
   --api-key KEY         sent as `Authorization: Bearer KEY`
@@ -243,8 +243,8 @@ void print_json(const LoadPlan& plan, const std::string& workload, const std::ve
 
 void print_table(const LoadPlan& plan, const std::string& workload,
                  const std::vector<Phase>& phases, const std::optional<Changes>& changes) {
-  std::printf("%s %s, model %s: workload %s, %.0f s per level\n", plan.url.c_str(),
-              plan.path.c_str(), plan.model.c_str(), workload.c_str(), plan.duration_s);
+  std::printf("%s %s, model %s: workload %s, %g s per level\n", plan.url.c_str(), plan.path.c_str(),
+              plan.model.c_str(), workload.c_str(), plan.duration_s);
   std::printf("%12s %9s %8s %7s %9s %12s %9s %9s %9s %9s %10s\n", "load", "requests", "refused",
               "failed", "req/s", "questions/s", "p50 ms", "p90 ms", "p99 ms", "max ms",
               "in tokens");
@@ -292,8 +292,8 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
   plan.url = args.required("url");
   const WorkloadSpec spec = parse_workload(args.required("workload"));
   const std::vector<LoadLevel> levels = parse_levels(args);
-  plan.duration_s = double(parse_count(args.value("duration"), "duration", 10, 1, 86400));
-  plan.warmup_s = double(parse_count(args.value("warmup"), "warmup", 2, 0, 86400));
+  plan.duration_s = parse_seconds(args.value("duration"), "duration", 10, 0.1, 86400);
+  plan.warmup_s = parse_seconds(args.value("warmup"), "warmup", 2, 0, 86400);
   plan.route = parse_route(args.value("route"));
   plan.path = plan.route == ServeRoute::ServeRoute_systemone ? "/v1/systemone" : "/v1/decisions";
   plan.api_key = args.value("api-key").value_or("");
@@ -323,7 +323,7 @@ int cmd_bench_serve(const std::vector<std::string>& argv) {
   std::vector<Phase> phases;
   for (const LoadLevel& level : levels) {
     if (!as_json)
-      std::fprintf(stderr, "bench-serve: %s, %.0f s + %.0f s warm-up...\n", level.label().c_str(),
+      std::fprintf(stderr, "bench-serve: %s, %g s + %g s warm-up...\n", level.label().c_str(),
                    plan.duration_s, plan.warmup_s);
     phases.push_back(run_level(plan, level));
     if (saved.is_open()) save_requests(saved, phases.back());

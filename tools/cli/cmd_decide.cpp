@@ -57,8 +57,8 @@ options:
   --device cpu|cuda   where to compute (default: cpu; cuda: GPU 0)
   --dtype f32|f64|bf16
                       compute type: f32 (default) or f64 on cpu, bf16 (the only one) on cuda
-  --quantization fp8  cuda only: the fused products on FP8 e4m3 operands with per-row scales
-                      (flide bench --help says which), as vLLM's --quantization fp8
+  --quantization fp8  cuda only: the fused products and two output projections on FP8 e4m3
+                      operands (flide bench --help says which), as vLLM's --quantization fp8
   --mode fork|independent
                       fork: each context computed once, questions forked from it (default);
                       independent: each question run on its own (the reference)

@@ -72,11 +72,8 @@ options:
                         most half of the requests waiting and running, so that steady clients
                         settle into rounds of equal size, not a small and a large one in turn
                         (default: on)
-  --quantization fp8    cuda only: the fused products (MLP gate/up, GDN q/k/v and z, attention
-                        q/k/v) on FP8 e4m3 operands with per-row scales, as vLLM's
-                        --quantization fp8; the MLP's down and the GDN out projections on FP8
-                        blocks (a scale per 128 values); the attention's output projection
-                        and the LM head stay bf16
+  --quantization fp8    cuda only: the fused products and two output projections on FP8 e4m3
+                        operands (flide bench --help says which), as vLLM's --quantization fp8
   --batch-invariant     a request's answers do not depend on what else shares its round
                         (server load), bit for bit; small rounds run slower (cuda: under
                         2,048 token rows)
