@@ -198,28 +198,33 @@ std::vector<std::string> split_list(const std::string& text) {
   }
 }
 
+namespace {
+
+// A flag's value read whole as a T in [minimum, maximum] (fallback when absent), or Error
+// "--<flag>: "<value>" is not <what> (<minimum> to <maximum>)".
+template <class T>
+T parse_in_range(const std::optional<std::string>& value, const char* flag, T fallback, T minimum,
+                 T maximum, const char* what) {
+  if (!value) return fallback;
+  T x{};
+  const char* end = value->data() + value->size();
+  const auto [ptr, ec] = std::from_chars(value->data(), end, x);
+  if (ec != std::errc() || ptr != end || !(x >= minimum && x <= maximum))
+    throw Error(
+        cat("--", flag, ": \"", *value, "\" is not ", what, " (", minimum, " to ", maximum, ")"));
+  return x;
+}
+
+}  // namespace
+
 int64_t parse_count(const std::optional<std::string>& value, const char* flag, int64_t fallback,
                     int64_t minimum, int64_t maximum) {
-  if (!value) return fallback;
-  int64_t n = 0;
-  const char* end = value->data() + value->size();
-  const auto [ptr, ec] = std::from_chars(value->data(), end, n);
-  if (ec != std::errc() || ptr != end || n < minimum || n > maximum)
-    throw Error(
-        cat("--", flag, ": \"", *value, "\" is not a count (", minimum, " to ", maximum, ")"));
-  return n;
+  return parse_in_range(value, flag, fallback, minimum, maximum, "a count");
 }
 
 double parse_seconds(const std::optional<std::string>& value, const char* flag, double fallback,
                      double minimum, double maximum) {
-  if (!value) return fallback;
-  double s = 0;
-  const char* end = value->data() + value->size();
-  const auto [ptr, ec] = std::from_chars(value->data(), end, s);
-  if (ec != std::errc() || ptr != end || !(s >= minimum && s <= maximum))
-    throw Error(cat("--", flag, ": \"", *value, "\" is not a number of seconds (", minimum, " to ",
-                    maximum, ")"));
-  return s;
+  return parse_in_range(value, flag, fallback, minimum, maximum, "a number of seconds");
 }
 
 uint64_t parse_seed(const std::optional<std::string>& value) {
