@@ -34,12 +34,12 @@ nlohmann::json read_config(const std::filesystem::path& path) {
   if (!file) throw Error(cat(path, " not found"));
   nlohmann::json config = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) throw Error(cat(path, " is not valid JSON"));
-  if (!config.is_object()) throw Error(cat(path, ": the top level must be a JSON object"));
   return config;
 }
 
 // `where` names the config in errors: its quoted path, or "the config".
 const Factory& factory_for(const nlohmann::json& config, const std::string& where) {
+  if (!config.is_object()) throw Error(cat(where, ": the top level must be a JSON object"));
   const auto it = config.find("architectures");
   if (it == config.end() || !it->is_array() || it->empty() || !(*it)[0].is_string())
     throw Error(cat(where, ": \"architectures\" must be a non-empty array of strings"));
@@ -90,7 +90,6 @@ std::unique_ptr<Model> load_model_random(const std::filesystem::path& config_fil
 }
 
 std::unique_ptr<Model> load_model_random(const nlohmann::json& config, Ops& ops, uint64_t seed) {
-  if (!config.is_object()) throw Error("the config: the top level must be a JSON object");
   return random_model(config, "the config", ops, seed);
 }
 
