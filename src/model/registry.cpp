@@ -68,7 +68,8 @@ bool tied_embeddings(const nlohmann::json& config) {
 
 std::unique_ptr<Model> random_model(const nlohmann::json& config, const std::string& where,
                                     Ops& ops, uint64_t seed) {
-  return factory_for(config, where)(config, RandomWeights(seed, tied_embeddings(config)), ops);
+  const Factory& factory = factory_for(config, where);
+  return factory(config, RandomWeights(seed, tied_embeddings(config)), ops);
 }
 
 }  // namespace
