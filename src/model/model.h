@@ -88,7 +88,9 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Ops& ops);
 // tie_word_embeddings. For benchmarks: values are meaningless, costs are real.
 std::unique_ptr<Model> load_model_random(const std::filesystem::path& config_file, Ops& ops,
                                          uint64_t seed);
-// The same from a config already parsed (errors name it "the config").
-std::unique_ptr<Model> load_model_random(const nlohmann::json& config, Ops& ops, uint64_t seed);
+// The same from a config already parsed (errors name it "the config"). Named apart from the
+// path overload because a string converts to both a path and a json.
+std::unique_ptr<Model> load_model_random_from_json(const nlohmann::json& config, Ops& ops,
+                                                   uint64_t seed);
 
 }  // namespace flide

@@ -90,7 +90,8 @@ std::unique_ptr<Model> load_model_random(const std::filesystem::path& config_fil
   return random_model(read_config(config_file), cat(config_file), ops, seed);
 }
 
-std::unique_ptr<Model> load_model_random(const nlohmann::json& config, Ops& ops, uint64_t seed) {
+std::unique_ptr<Model> load_model_random_from_json(const nlohmann::json& config, Ops& ops,
+                                                   uint64_t seed) {
   return random_model(config, "the config", ops, seed);
 }
 

@@ -38,7 +38,7 @@ inline std::unique_ptr<Model> load_real_widths_model(const std::string& layer_ty
       {"linear_num_key_heads", 16},
       {"linear_num_value_heads", 16},
       {"layer_types", types}};
-  return load_model_random(text_config, ops, seed);
+  return load_model_random_from_json(text_config, ops, seed);
 }
 
 }  // namespace flide::test

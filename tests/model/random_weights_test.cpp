@@ -107,11 +107,15 @@ TEST(RandomWeightsTest, ShapesOfTheConfig) {
   nlohmann::json config = nlohmann::json::parse(file);
   config["tie_word_embeddings"] = true;
   auto ops_tied = make_cpu_ops(DType::DType_f32, 2);
-  auto tied_model = load_model_random(config, *ops_tied, 0);
+  auto tied_model = load_model_random_from_json(config, *ops_tied, 0);
   EXPECT_EQ(tied_model->info().n_params, loaded->info().n_params - 300 * 48);
 
   EXPECT_THROW(load_model_random(kGolden, *ops, 0), Error);  // a directory, not the file
   EXPECT_THROW(load_model_random(kGolden / "missing.json", *ops, 0), Error);
+  // A string names a file, as a path does.
+  EXPECT_THROW(load_model_random((kGolden / "missing.json").string(), *ops, 0), Error);
+  EXPECT_EQ(load_model_random((kGolden / "config.json").string(), *ops, 0)->info().n_params,
+            loaded->info().n_params);
 }
 
 Stream one_sequence(int32_t n, int64_t vocab, uint32_t seed) {
