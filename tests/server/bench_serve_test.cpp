@@ -191,12 +191,11 @@ TEST(BenchServe, OpenLoopSendsPoissonArrivalsAtTheRequestRate) {
               std::string::npos)
         << flags << ": " << message;
   }
-  for (const char* flags : {"--duration 0", "--duration 1s", "--warmup -1", "--warmup x"}) {
+  for (const std::string flags : {"--duration 0", "--duration 1s", "--warmup -1", "--warmup x"}) {
     const auto [exit_code, message] = run_command(bench + " " + flags + " 2>&1");
     EXPECT_EQ(exit_code, 2) << flags << ": " << message;
-    EXPECT_NE(message.find(std::string(flags).substr(0, std::string(flags).find(' ')) + ": \""),
-              std::string::npos)
-        << flags << ": " << message;
+    const std::string flag = flags.substr(0, flags.find(' '));
+    EXPECT_NE(message.find(flag + ": \""), std::string::npos) << flags << ": " << message;
     EXPECT_NE(message.find("is not a number of seconds"), std::string::npos) << message;
   }
   EXPECT_EQ(server.stop(SIGINT), 0) << server.stderr_text();
